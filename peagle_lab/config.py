@@ -1,0 +1,129 @@
+"""Frozen configs. Names follow vLLM's ``speculative_config`` where one exists."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+METHODS = ("baseline", "eagle3", "peagle")
+DRAFTER_METHODS = ("eagle3", "peagle")
+MAX_K = 16
+BACKENDS = ("auto", "torch", "triton")
+# SmolLM2's `<empty_output>` (id 16): a special token that never occurs in chat text, so
+# giving it a learned embedding for the mask slots cannot disturb real context tokens.
+DEFAULT_MASK_TOKEN_ID = 16
+
+
+def check_choice(name: str, value, allowed) -> None:
+    if value not in allowed:
+        raise ValueError(f"{name}={value!r} is not one of {', '.join(map(repr, allowed))}")
+
+
+def check_int(name: str, value, lo: int, hi: int | None = None) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{name}={value!r} must be an integer in [{lo}, {hi if hi is not None else '∞'}]")
+    if value < lo or (hi is not None and value > hi):
+        raise ValueError(f"{name}={value} is out of range; expected [{lo}, {hi if hi is not None else '∞'}]")
+
+
+@dataclass(frozen=True)
+class SpecConfig:
+    """How the engine decodes: which method, how many draft tokens, how it samples."""
+
+    method: str = "peagle"  # "baseline" (plain decoding), "eagle3" (K drafter passes) or "peagle" (one pass)
+    num_speculative_tokens: int = 5  # K, draft tokens per step (1..16); ignored by "baseline"
+    temperature: float = 0.0  # 0 = greedy (lossless token for token); > 0 = rejection sampling
+    max_new_tokens: int = 64  # per request, EOS stops earlier
+    seed: int = 0  # the sampling generator's seed (temperature > 0)
+    kernel_backend: str = "auto"  # draft-input kernels: Triton on CUDA, PyTorch on CPU
+    cuda_graphs: bool = True  # capture target and drafter forwards per shape on CUDA
+
+    def __post_init__(self) -> None:
+        check_choice("method", self.method, METHODS)
+        check_int("num_speculative_tokens", self.num_speculative_tokens, 1, MAX_K)
+        if isinstance(self.temperature, bool) or not isinstance(self.temperature, (int, float)) \
+                or not 0.0 <= self.temperature <= 100.0:
+            raise ValueError(f"temperature={self.temperature!r} must be a number in [0, 100]")
+        check_int("max_new_tokens", self.max_new_tokens, 1, 1 << 20)
+        check_int("seed", self.seed, 0)
+        check_choice("kernel_backend", self.kernel_backend, BACKENDS)
+
+    @property
+    def parallel_drafting(self) -> bool:
+        """vLLM's flag: P-EAGLE drafts all K tokens in one pass."""
+        return self.method == "peagle"
+
+    @property
+    def k(self) -> int:
+        """Draft tokens per step, 0 for plain decoding."""
+        return 0 if self.method == "baseline" else self.num_speculative_tokens
+
+
+@dataclass(frozen=True)
+class DrafterConfig:
+    """An EAGLE-3 / P-EAGLE drafter; the head sizes are the target's (vLLM requires it)."""
+
+    method: str = "peagle"  # "eagle3" or "peagle"
+    num_hidden_layers: int = 1  # drafter decoder layers; the first one takes [embed ⊕ hidden]
+    hidden_size: int = 576  # H, the target's hidden size
+    num_attention_heads: int = 9
+    num_key_value_heads: int = 3
+    head_dim: int = 64
+    intermediate_size: int = 1536
+    rms_norm_eps: float = 1e-5
+    rope_theta: float = 100000.0
+    rope_scaling: dict | None = None
+    max_position_embeddings: int = 8192
+    vocab_size: int = 49152  # the target's vocabulary
+    draft_vocab_size: int = 49152  # lm_head rows; d2t maps them to target ids
+    aux_layer_ids: tuple[int, ...] = (2, 15, 27)  # target taps (hidden_states[k]); fc input is len * H
+    norm_before_residual: bool = False  # EAGLE-3 first layer: residual taken before hidden_norm
+    mask_token_id: int | None = None  # P-EAGLE: the id whose slots get the learned mask embedding
+    target_model_type: str = "llama"
+    extra: dict = field(default_factory=dict, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        check_choice("method", self.method, DRAFTER_METHODS)
+        check_int("num_hidden_layers", self.num_hidden_layers, 1, 16)
+        check_int("draft_vocab_size", self.draft_vocab_size, 1, self.vocab_size)
+        if not self.aux_layer_ids:
+            raise ValueError("aux_layer_ids must name at least one target layer")
+        if self.method == "peagle":
+            if self.mask_token_id is None:
+                raise ValueError("a peagle drafter needs mask_token_id (an id in [0, vocab_size))")
+            check_int("mask_token_id", self.mask_token_id, 0, self.vocab_size - 1)
+
+    @property
+    def num_taps(self) -> int:
+        return len(self.aux_layer_ids)
+
+    @classmethod
+    def for_target(cls, target_cfg, method: str = "peagle", num_hidden_layers: int = 1,
+                   draft_vocab_size: int | None = None, mask_token_id: int | None = None,
+                   **kw) -> "DrafterConfig":
+        """A drafter shaped for ``target_cfg`` (a ``LlamaConfig``)."""
+        if method == "peagle" and mask_token_id is None:
+            mask_token_id = min(DEFAULT_MASK_TOKEN_ID, target_cfg.vocab_size - 1)
+        return cls(
+            method=method, num_hidden_layers=num_hidden_layers, hidden_size=target_cfg.hidden_size,
+            num_attention_heads=target_cfg.num_attention_heads,
+            num_key_value_heads=target_cfg.num_key_value_heads, head_dim=target_cfg.head_dim,
+            intermediate_size=target_cfg.intermediate_size, rms_norm_eps=target_cfg.rms_norm_eps,
+            rope_theta=target_cfg.rope_theta, rope_scaling=target_cfg.rope_scaling,
+            max_position_embeddings=target_cfg.max_position_embeddings,
+            vocab_size=target_cfg.vocab_size,
+            draft_vocab_size=draft_vocab_size or target_cfg.vocab_size,
+            aux_layer_ids=tuple(target_cfg.taps), mask_token_id=mask_token_id if method == "peagle" else None,
+            target_model_type=target_cfg.model_type, **kw,
+        )
+
+    def llama_config(self):
+        """The ``LlamaConfig`` the drafter's blocks use (same head sizes as the target)."""
+        from .models.llama import LlamaConfig
+
+        return LlamaConfig(
+            vocab_size=self.vocab_size, hidden_size=self.hidden_size,
+            intermediate_size=self.intermediate_size, num_hidden_layers=self.num_hidden_layers,
+            num_attention_heads=self.num_attention_heads, num_key_value_heads=self.num_key_value_heads,
+            head_dim=self.head_dim, rms_norm_eps=self.rms_norm_eps, rope_theta=self.rope_theta,
+            rope_scaling=self.rope_scaling, max_position_embeddings=self.max_position_embeddings,
+            aux_layer_ids=(0,),
+        )

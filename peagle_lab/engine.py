@@ -1,0 +1,353 @@
+"""``SpecDecoder``: a batched, lossless speculative-decoding loop (baseline / EAGLE-3 / P-EAGLE).
+
+One decode step for c requests (all rows padded to the same width, vLLM-style):
+
+```
+state (last token, drafts [c, K], start positions)
+ ─► target([c, K+1]) ─► logits, taps ─► verify ─► accepted n [c], next token [c]   (host reads n)
+ ─► drafter (P-EAGLE: 1 pass, EAGLE-3: K passes) ─► drafts [c, K]
+```
+Plain decoding (``method="baseline"``) is the same loop with K = 0, so all three methods
+share the target code path, the KV-cache layout and the CUDA-graph treatment.
+
+Request ``b`` owns KV slots ``[b*max_len, (b+1)*max_len)`` in the target's and the drafter's
+cache; positions past a request's accepted length are simply overwritten by the next step,
+so the KV of rejected tokens is never read.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from .config import SpecConfig
+from .drafter import Drafter
+from .drafting import DraftResult, build_draft_batch, draft_autoregressive, draft_parallel
+from .models.llama import LlamaModel
+from .verify import VerifyResult, sample_verify_noise, target_probs_from_logits, verify_greedy, verify_rejection
+
+
+@dataclass(frozen=True)
+class StepTrace:
+    """What one decode step did and how long its parts took (milliseconds)."""
+
+    step: int
+    verify_ms: float
+    prep_ms: float  # draft-batch construction (prepare_draft_inputs + fill_draft_hidden + fc)
+    draft_ms: float  # drafter passes and sampling
+    num_accepted: tuple[int, ...]  # per active request
+    drafter_forwards: int
+
+
+@dataclass(frozen=True)
+class Metrics:
+    """vLLM's spec-decode counters and derived rates for one ``generate`` call."""
+
+    method: str
+    k: int
+    num_requests: int
+    num_steps: int
+    num_drafts: int
+    num_draft_tokens: int
+    num_accepted_tokens: int
+    accepted_per_position: tuple[int, ...]
+    output_tokens: int
+    prefill_s: float
+    decode_s: float
+
+    @property
+    def acceptance_length(self) -> float:
+        """AL = 1 + accepted / drafts (counts the bonus token); 1.0 for plain decoding."""
+        return 1.0 + self.num_accepted_tokens / self.num_drafts if self.num_drafts else 1.0
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.num_accepted_tokens / self.num_draft_tokens if self.num_draft_tokens else 0.0
+
+    @property
+    def per_position_acceptance(self) -> tuple[float, ...]:
+        return tuple(a / self.num_drafts for a in self.accepted_per_position) if self.num_drafts else ()
+
+    @property
+    def tps(self) -> float:
+        """Output tokens per second over all requests (prefill included)."""
+        total = self.prefill_s + self.decode_s
+        return self.output_tokens / total if total > 0 else 0.0
+
+    @property
+    def tpot_ms(self) -> float:
+        """Decode time per output token of one request (the first token excluded)."""
+        per_req = self.output_tokens / max(self.num_requests, 1) - 1
+        return 1000.0 * self.decode_s / per_req if per_req > 0 else 0.0
+
+    def as_dict(self) -> dict:
+        d = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        d["accepted_per_position"] = list(self.accepted_per_position)
+        for k in ("acceptance_length", "acceptance_rate", "tps", "tpot_ms"):
+            d[k] = getattr(self, k)
+        d["per_position_acceptance"] = list(self.per_position_acceptance)
+        return d
+
+
+@dataclass
+class GenerationResult:
+    tokens: list[list[int]]  # new tokens per request (EOS included when it stopped there)
+    metrics: Metrics
+    trace: list[StepTrace] = field(default_factory=list)
+
+
+class _Timer:
+    """Wall-clock sections; on CUDA, events so that timing adds no host synchronisation."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.cuda = device.type == "cuda"
+        self.marks: list = []
+
+    def mark(self):
+        if self.cuda:
+            ev = torch.cuda.Event(enable_timing=True)
+            ev.record()
+            self.marks.append(ev)
+        else:
+            self.marks.append(time.perf_counter())
+        return len(self.marks) - 1
+
+    def ms(self, a: int, b: int) -> float:
+        if self.cuda:
+            return self.marks[a].elapsed_time(self.marks[b])
+        return 1000.0 * (self.marks[b] - self.marks[a])
+
+
+class _Graphs:
+    """CUDA graphs captured per input shape; ``run`` copies inputs into static buffers."""
+
+    def __init__(self) -> None:
+        self.graphs: dict = {}
+
+    def run(self, key, fn, *args: torch.Tensor):
+        if key not in self.graphs:
+            static = [a.clone() for a in args]
+            s = torch.cuda.Stream()
+            s.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(s):
+                for _ in range(2):  # warm-up outside the graph (allocator, lazy inits)
+                    fn(*static)
+            torch.cuda.current_stream().wait_stream(s)
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                out = fn(*static)
+            self.graphs[key] = (g, static, out)
+        g, static, out = self.graphs[key]
+        for s_, a in zip(static, args):
+            s_.copy_(a)
+        g.replay()
+        return out
+
+
+class SpecDecoder:
+    """Batched speculative decoding of ``target`` with an optional ``drafter``.
+
+    Args:
+        target: the target model (its dtype/device are used throughout).
+        drafter: an EAGLE-3 or P-EAGLE ``Drafter`` for ``config.method``; None for baseline.
+        config: ``SpecConfig`` (method, K, temperature, max_new_tokens, seed, backends).
+
+    Raises:
+        ValueError: a drafter that does not fit the method or the target.
+    """
+
+    def __init__(self, target: LlamaModel, drafter: Drafter | None = None, config: SpecConfig = SpecConfig()) -> None:
+        if not isinstance(config, SpecConfig):
+            raise ValueError(f"config must be a SpecConfig, got {type(config).__name__}")
+        self.target, self.drafter, self.config = target, drafter, config
+        if config.method != "baseline":
+            if drafter is None:
+                raise ValueError(f"method={config.method!r} needs a drafter; pass one or use method='baseline'")
+            check_drafter_fits(drafter, target, config.method)
+        self.device = target.device
+        self.use_graphs = config.cuda_graphs and self.device.type == "cuda"
+        self._graphs = _Graphs()
+
+    # ------------------------------------------------------------------ forwards
+    def _target(self, ids, pos, slots, cache):
+        def fn(ids, pos, slots):
+            o = self.target(ids, pos, cache=cache, slot_mapping=slots, return_taps=self.config.k > 0)
+            return o.logits, o.taps
+        if self.use_graphs:
+            return self._graphs.run(("target", id(cache), tuple(ids.shape)), fn, ids, pos, slots)
+        return fn(ids, pos, slots)
+
+    def _draft(self, cache, taps, ids, pos, n, bonus, max_len, gen, timer: "_Timer | None" = None):
+        """Build the draft batch (timed as "prep") and run the drafter; returns (result, marks)."""
+        cfg = self.config
+        parallel = cfg.method == "peagle"
+        m0 = timer.mark() if timer else None
+        batch = build_draft_batch(self.drafter, taps, ids, pos, n, bonus, cfg.k if parallel else 1,
+                                  max_len, cfg.kernel_backend)
+        m1 = timer.mark() if timer else None
+        fn = draft_parallel if parallel else draft_autoregressive
+        res = fn(self.drafter, cache, taps, ids, pos, n, bonus, k=cfg.k, max_len=max_len,
+                 temperature=cfg.temperature, generator=gen, backend=cfg.kernel_backend, batch=batch)
+        m2 = timer.mark() if timer else None
+        return res, (m0, m1, m2)
+
+    def _sample(self, logits: torch.Tensor, gen) -> torch.Tensor:
+        """Next token from ``logits`` [c, V]: argmax at temperature 0, else a sample."""
+        if self.config.temperature == 0:
+            return logits.argmax(-1)
+        probs = target_probs_from_logits(logits, self.config.temperature)
+        return torch.multinomial(probs, 1, generator=gen)[:, 0]
+
+    # ------------------------------------------------------------------ the loop
+    @torch.inference_mode()
+    def generate(self, prompts: list[list[int]], max_new_tokens: int | None = None,
+                 eos_token_ids: tuple[int, ...] | None = None) -> GenerationResult:
+        """Decode every prompt (token ids) until EOS or ``max_new_tokens``.
+
+        Returns:
+            GenerationResult with the new tokens per request, the metrics and a step trace.
+
+        Raises:
+            ValueError: empty batch or prompt, ids outside the vocabulary, a prompt too long.
+        """
+        cfg, K = self.config, self.config.k
+        max_new = cfg.max_new_tokens if max_new_tokens is None else max_new_tokens
+        eos = set(self.target.config.eos_token_ids if eos_token_ids is None else eos_token_ids)
+        lens = check_prompts(prompts, self.target.config.vocab_size)
+        if not isinstance(max_new, int) or isinstance(max_new, bool) or max_new < 1:
+            raise ValueError(f"max_new_tokens={max_new!r} must be an integer >= 1")
+        c, dev = len(prompts), self.device
+        max_len = max(lens) + max_new + K + 1
+        limit = self.target.config.max_position_embeddings
+        if max_len > limit:
+            raise ValueError(f"longest prompt ({max(lens)} tokens) + max_new_tokens ({max_new}) + K ({K}) "
+                             f"+ 1 = {max_len} exceeds the model's context of {limit} positions")
+        gen = torch.Generator(device=dev).manual_seed(cfg.seed)
+        cache_t = self.target.allocate_cache(c, max_len)
+        cache_d = self.drafter.allocate_cache(c, max_len) if K else None
+        rows = torch.arange(c, device=dev)
+
+        t0 = time.perf_counter()
+        T = max(lens)
+        ids = torch.zeros(c, T, dtype=torch.long, device=dev)
+        for b, p in enumerate(prompts):
+            ids[b, : len(p)] = torch.tensor(p, dtype=torch.long)
+        lens_t = torch.tensor(lens, device=dev)
+        pos = torch.arange(T, device=dev).expand(c, T).contiguous()
+        slots = torch.where(pos < lens_t[:, None], rows[:, None] * max_len + pos, torch.full_like(pos, -1))
+        out = self.target(ids, pos, cache=cache_t, slot_mapping=slots, return_taps=K > 0,
+                          logits_rows=(lens_t - 1)[:, None])
+        nxt = self._sample(out.logits[:, 0], gen)
+        drafts = self._draft(cache_d, out.taps, ids, pos, lens_t - 1, nxt, max_len, gen)[0] if K else None
+        outputs = [[t] for t in nxt.tolist()]
+        done = [finished(o, eos, max_new) for o in outputs]
+        start = lens_t.clone()  # position of each request's last (not yet processed) token
+        prefill_s = time.perf_counter() - t0
+
+        trace: list[StepTrace] = []
+        acc_pos = torch.zeros(max(K, 1), dtype=torch.long)
+        n_drafts = n_acc = 0
+        t1 = time.perf_counter()
+        timer = _Timer(dev)
+        while not all(done):
+            active = torch.tensor([not d for d in done], device=dev)
+            m0 = timer.mark()
+            vids = nxt[:, None] if not K else torch.cat([nxt[:, None], drafts.tokens], 1)  # [c, K+1]
+            vpos = start[:, None] + torch.arange(K + 1, device=dev)
+            vslots = torch.where(active[:, None] & (vpos < max_len), rows[:, None] * max_len + vpos,
+                                 torch.full_like(vpos, -1))
+            logits, taps = self._target(vids, vpos, vslots, cache_t)
+            if not K:
+                res = None
+                nxt = self._sample(logits[:, 0], gen)
+                n = torch.zeros(c, dtype=torch.long, device=dev)
+                new_tokens = nxt[:, None].tolist()
+            else:
+                res = self._verify(logits, drafts, gen)
+                nxt, n = res.next_tokens, res.num_accepted
+                new_tokens = res.output_tokens.tolist()
+            m1 = timer.mark()
+            n_host = n.tolist()
+            accepted_now = []
+            for b in range(c):
+                if done[b]:
+                    continue
+                outputs[b].extend(new_tokens[b][: n_host[b] + 1])
+                accepted_now.append(n_host[b])
+                done[b] = finished(outputs[b], eos, max_new)
+            if res is not None:
+                act = active.cpu()
+                n_drafts += int(act.sum())
+                n_acc += sum(accepted_now)
+                a = n.cpu()[act]
+                acc_pos += (torch.arange(K)[None, :] < a[:, None]).sum(0)
+            start = torch.where(active, start + n + 1, start)
+            marks, forwards = None, 0
+            if K and not all(done):
+                drafts, marks = self._draft(cache_d, taps, vids, vpos, n, nxt, max_len, gen, timer)
+                forwards = drafts.num_forwards
+            trace.append((len(trace), m0, m1, marks, tuple(accepted_now), forwards))
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
+        decode_s = time.perf_counter() - t1
+        steps = [StepTrace(s, timer.ms(a, b), timer.ms(mk[0], mk[1]) if mk else 0.0,
+                           timer.ms(mk[1], mk[2]) if mk else 0.0, acc, f)
+                 for s, a, b, mk, acc, f in trace]
+        outs = [trim(o, eos, max_new) for o in outputs]
+        metrics = Metrics(cfg.method, K, c, len(steps), n_drafts, n_drafts * K, n_acc,
+                          tuple(acc_pos.tolist()) if K else (), sum(len(o) for o in outs), prefill_s, decode_s)
+        return GenerationResult(outs, metrics, steps)
+
+    def _verify(self, logits: torch.Tensor, drafts: DraftResult, gen) -> VerifyResult:
+        if self.config.temperature == 0:
+            return verify_greedy(logits, drafts.tokens)
+        c, k1, V = logits.shape
+        target_probs = target_probs_from_logits(logits, self.config.temperature)
+        uniform, noise = sample_verify_noise(c, k1 - 1, V, gen, logits.device)
+        return verify_rejection(target_probs, drafts.draft_probs, drafts.tokens, uniform, noise)
+
+
+def finished(tokens: list[int], eos: set[int], max_new: int) -> bool:
+    return len(tokens) >= max_new or any(t in eos for t in tokens)
+
+
+def trim(tokens: list[int], eos: set[int], max_new: int) -> list[int]:
+    """Cut at the first EOS (kept) and at ``max_new`` tokens."""
+    for i, t in enumerate(tokens):
+        if t in eos:
+            return tokens[: min(i + 1, max_new)]
+    return tokens[:max_new]
+
+
+def check_prompts(prompts, vocab_size: int) -> list[int]:
+    """Validate a batch of token-id prompts; return their lengths."""
+    if not isinstance(prompts, (list, tuple)) or not prompts:
+        raise ValueError(f"prompts must be a non-empty list of token-id lists, got {type(prompts).__name__}")
+    lens = []
+    for i, p in enumerate(prompts):
+        if isinstance(p, str) or not isinstance(p, (list, tuple)):
+            raise ValueError(f"prompt {i} must be a list of token ids, got {type(p).__name__} "
+                             "(encode text with the tokenizer's chat template first)")
+        if not p:
+            raise ValueError(f"prompt {i} is empty; every prompt needs at least one token")
+        bad = [t for t in p if not isinstance(t, int) or isinstance(t, bool) or not 0 <= t < vocab_size]
+        if bad:
+            raise ValueError(f"prompt {i} has token ids outside [0, {vocab_size}): {bad[:5]}")
+        lens.append(len(p))
+    return lens
+
+
+def check_drafter_fits(drafter: Drafter, target: LlamaModel, method: str) -> None:
+    """Raise ValueError when ``drafter`` cannot serve ``target`` with ``method``."""
+    dc, tc = drafter.config, target.config
+    if dc.method != method:
+        raise ValueError(f"the drafter was built for method={dc.method!r}, the engine runs {method!r}")
+    if dc.hidden_size != tc.hidden_size or dc.vocab_size != tc.vocab_size:
+        raise ValueError(f"drafter (hidden {dc.hidden_size}, vocab {dc.vocab_size}) does not fit the target "
+                         f"(hidden {tc.hidden_size}, vocab {tc.vocab_size})")
+    if any(not 0 <= k < tc.num_hidden_layers for k in dc.aux_layer_ids):
+        raise ValueError(f"drafter taps {dc.aux_layer_ids} do not exist in a {tc.num_hidden_layers}-layer target")
+    if tuple(dc.aux_layer_ids) != tuple(tc.taps):
+        raise ValueError(f"drafter taps {tuple(dc.aux_layer_ids)} differ from the target's {tuple(tc.taps)}; "
+                         "build the target with aux_layer_ids matching the head")

@@ -1,0 +1,154 @@
+"""The engine: lossless for both methods, any K and batch, and what each step costs."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from peagle_lab.config import SpecConfig
+from peagle_lab.drafting import DraftResult
+from peagle_lab.engine import SpecDecoder
+from peagle_lab.testing import tiny_drafter, tiny_target
+
+PROMPTS = [[5, 6, 7, 8, 9], [10, 11, 12], [3, 1, 4, 1, 5, 9, 2, 6, 5]]
+
+
+def run(target, drafter, method, k=3, prompts=PROMPTS, eos_token_ids=None, **kw):
+    cfg = SpecConfig(method=method, num_speculative_tokens=k, max_new_tokens=kw.pop("max_new_tokens", 24), **kw)
+    return SpecDecoder(target, drafter, cfg).generate(prompts, eos_token_ids=eos_token_ids)
+
+
+@pytest.fixture(scope="module")
+def target():
+    return tiny_target()
+
+
+@pytest.fixture(scope="module")
+def baseline(target):
+    return {c: run(target, None, "baseline", prompts=PROMPTS[:c]).tokens for c in (1, 3)}
+
+
+@pytest.mark.parametrize("method", ["eagle3", "peagle"])
+@pytest.mark.parametrize("k", [1, 3, 7])
+@pytest.mark.parametrize("c", [1, 3])
+@pytest.mark.parametrize("layers", [1, 2])
+def test_lossless_with_random_drafters(target, baseline, method, k, c, layers):
+    drafter = tiny_drafter(target, method, num_hidden_layers=layers, seed=k + c)
+    got = run(target, drafter, method, k, prompts=PROMPTS[:c])
+    assert got.tokens == baseline[c]
+
+
+@pytest.mark.parametrize("method", ["eagle3", "peagle"])
+def test_lossless_on_a_tiny_vocabulary_where_random_drafts_are_often_accepted(method):
+    target = tiny_target(seed=2, vocab_size=6, eos_token_id=None)
+    prompts = [[1, 2, 3], [4], [5, 0, 5, 0]]
+    base = run(target, None, "baseline", prompts=prompts, max_new_tokens=40).tokens
+    for k in (2, 5):
+        r = run(target, tiny_drafter(target, method, seed=k), method, k, prompts=prompts, max_new_tokens=40)
+        assert r.tokens == base
+        assert r.metrics.num_accepted_tokens > 0  # the acceptance path really ran
+
+
+def oracle_drafts(engine, truth, corrupt_every: int):
+    """Replace the drafter by the true continuation, corrupting one draft every few steps."""
+    real = engine._draft
+    calls = {"n": 0}
+
+    def fake(cache, taps, ids, pos, n, bonus, max_len, gen, timer=None):
+        res, marks = real(cache, taps, ids, pos, n, bonus, max_len, gen, timer)
+        k = res.tokens.shape[1]
+        # the new token sits at position pos[:, 0] + n + 1 = prompt length + outputs so far - 1
+        start = pos[:, 0] + n + 2 - torch.tensor([len(p) for p in PROMPTS], device=pos.device)
+        if calls["n"] == 0:  # after prefill: the bonus is output 0, drafts are outputs 1..k
+            start = torch.ones_like(start)
+        toks = torch.tensor([[(truth[b] + [0] * 64)[int(start[b]) + j] for j in range(k)]
+                             for b in range(len(truth))])
+        calls["n"] += 1
+        if calls["n"] % corrupt_every == 0:
+            toks[:, (calls["n"] // corrupt_every) % k] = (toks[:, (calls["n"] // corrupt_every) % k] + 1) % 96
+        return DraftResult(toks, None, res.num_forwards, res.inputs), marks
+
+    engine._draft = fake
+
+
+@pytest.mark.parametrize("method", ["eagle3", "peagle"])
+def test_lossless_and_counted_when_drafts_are_mostly_right(target, baseline, method):
+    k = 4
+    engine = SpecDecoder(target, tiny_drafter(target, method),
+                         SpecConfig(method=method, num_speculative_tokens=k, max_new_tokens=24))
+    oracle_drafts(engine, baseline[3], corrupt_every=3)
+    got = engine.generate(PROMPTS)
+    assert got.tokens == baseline[3]
+    m = got.metrics
+    assert m.acceptance_length > 2.0
+    assert m.num_draft_tokens == k * m.num_drafts
+    assert sum(m.accepted_per_position) == m.num_accepted_tokens
+    # per-position acceptance is unconditional and so can only fall with the position
+    assert all(a >= b for a, b in zip(m.accepted_per_position, m.accepted_per_position[1:]))
+    assert m.output_tokens == sum(len(t) for t in got.tokens)
+
+
+def count_forwards(drafter):
+    counter = {"n": 0}
+    drafter.register_forward_hook(lambda *a: counter.__setitem__("n", counter["n"] + 1))
+    return counter
+
+
+@pytest.mark.parametrize("k", [1, 3, 7])
+def test_peagle_runs_one_drafter_pass_per_step_and_eagle3_runs_k(target, k):
+    for method, per_step in (("peagle", 1), ("eagle3", k)):
+        drafter = tiny_drafter(target, method)
+        counter = count_forwards(drafter)
+        r = run(target, drafter, method, k, max_new_tokens=12)
+        drafting_steps = 1 + sum(1 for s in r.trace if s.drafter_forwards)  # +1: after prefill
+        assert counter["n"] == per_step * drafting_steps
+        assert all(s.drafter_forwards in (0, per_step) for s in r.trace)
+
+
+def test_eos_stops_each_request_where_baseline_stops(target, baseline):
+    eos = baseline[3][1][5]  # a token request 1 emits at its sixth step
+    base = run(target, None, "baseline", eos_token_ids=(eos,))
+    assert base.tokens[1][-1] == eos and len(base.tokens[1]) <= 6
+    for method in ("eagle3", "peagle"):
+        got = run(target, tiny_drafter(target, method), method, 5, eos_token_ids=(eos,))
+        assert got.tokens == base.tokens
+
+
+def test_sampling_is_deterministic_under_a_seed(target):
+    drafter = tiny_drafter(target, "peagle")
+    a = run(target, drafter, "peagle", 3, temperature=1.0, seed=7).tokens
+    b = run(target, drafter, "peagle", 3, temperature=1.0, seed=7).tokens
+    c = run(target, drafter, "peagle", 3, temperature=1.0, seed=8).tokens
+    assert a == b and a != c
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(num_speculative_tokens=0), r"num_speculative_tokens=0 is out of range; expected \[1, 16\]"),
+    (dict(num_speculative_tokens=17), r"num_speculative_tokens=17 is out of range"),
+    (dict(temperature=-0.5), r"temperature=-0.5 must be a number in \[0, 100\]"),
+    (dict(method="medusa"), r"method='medusa' is not one of"),
+    (dict(max_new_tokens=0), r"max_new_tokens=0 is out of range"),
+])
+def test_bad_config_values(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        SpecConfig(**kwargs)
+
+
+def test_bad_requests_and_mismatched_drafters(target):
+    engine = SpecDecoder(target, None, SpecConfig(method="baseline"))
+    with pytest.raises(ValueError, match="non-empty list"):
+        engine.generate([])
+    with pytest.raises(ValueError, match="prompt 1 is empty"):
+        engine.generate([[1], []])
+    with pytest.raises(ValueError, match=r"outside \[0, 96\)"):
+        engine.generate([[1, 500]])
+    with pytest.raises(ValueError, match="encode text"):
+        engine.generate(["hello"])
+    with pytest.raises(ValueError, match="exceeds the model's context of 1024"):
+        engine.generate([[1] * 1000], max_new_tokens=100)
+    with pytest.raises(ValueError, match="needs a drafter"):
+        SpecDecoder(target, None, SpecConfig(method="peagle"))
+    with pytest.raises(ValueError, match="built for method='eagle3'"):
+        SpecDecoder(target, tiny_drafter(target, "eagle3"), SpecConfig(method="peagle"))
+    other = tiny_target(vocab_size=50)
+    with pytest.raises(ValueError, match="does not fit the target"):
+        SpecDecoder(target, tiny_drafter(other, "peagle"), SpecConfig(method="peagle"))
