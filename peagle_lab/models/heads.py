@@ -1,0 +1,261 @@
+"""Drafter checkpoints: the speculators format (our native one) and the EAGLE-3 research format.
+
+speculators folder (``save_head``/``load_head``)::
+
+    config.json        speculators_model_type "eagle3" | "peagle", speculators_config (algorithm,
+                       proposal methods, verifier), transformer_layer_config (the drafter's Llama
+                       block shapes), draft_vocab_size, norm_before_residual, target_hidden_size,
+                       eagle_aux_hidden_state_layer_ids, mask_token_id (peagle), num_hidden_layers
+    model*.safetensors fc.weight, layers.{i}.*, norm.weight, lm_head.weight, d2t, t2d,
+                       (peagle) mask_hidden [3H], mask_embedding [H]; sharded at ≤ 15 MiB
+
+The EAGLE-3 research format (``yuhuili/EAGLE3-*``) names the first layer ``midlayer.*`` and
+keeps its config flat; ``load_head`` reads both. Only safetensors (or, for research
+checkpoints, ``torch.load(weights_only=True)``) are ever read.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from ..config import DrafterConfig
+from ..drafter import Drafter
+from .checkpoints import CheckpointError, atomic_dir, sha256_file
+
+SHARD_BYTES = 15 * 1024 * 1024
+_DRAFTER_FIELDS = ("num_attention_heads", "num_key_value_heads", "head_dim", "intermediate_size",
+                   "rms_norm_eps", "rope_theta", "rope_scaling", "max_position_embeddings")
+
+
+def head_config_dict(cfg: DrafterConfig, verifier: str = "SmolLM2-135M-Instruct", k: int = 5) -> dict:
+    """The speculators ``config.json`` for a drafter config, every semantic choice explicit."""
+    layer = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": cfg.hidden_size,
+             "num_hidden_layers": cfg.num_hidden_layers, "vocab_size": cfg.vocab_size, "hidden_act": "silu",
+             "tie_word_embeddings": False, "attention_bias": False, "mlp_bias": False}
+    layer.update({f: getattr(cfg, f) for f in _DRAFTER_FIELDS})
+    d = {
+        "architectures": ["PEagleSpeculator" if cfg.method == "peagle" else "Eagle3Speculator"],
+        "speculators_model_type": cfg.method,
+        "speculators_version": "peagle_lab-0.1",
+        "speculators_config": {
+            "algorithm": cfg.method,
+            "default_proposal_method": "greedy",
+            "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": k,
+                                  "verifier_accept_k": 1, "accept_tolerance": 0.0}],
+            "verifier": {"name_or_path": verifier, "architectures": [_arch(cfg.target_model_type)]},
+        },
+        "transformer_layer_config": layer,
+        "num_hidden_layers": cfg.num_hidden_layers,
+        "draft_vocab_size": cfg.draft_vocab_size,
+        "target_hidden_size": cfg.hidden_size,
+        "eagle_aux_hidden_state_layer_ids": list(cfg.aux_layer_ids),
+        "norm_before_residual": cfg.norm_before_residual,
+        "torch_dtype": "float32",
+    }
+    if cfg.method == "peagle":
+        d["mask_token_id"] = cfg.mask_token_id
+        d["parallel_drafting"] = True
+    return d
+
+
+def _arch(model_type: str) -> str:
+    return {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM",
+            "mistral": "MistralForCausalLM"}.get(model_type, "LlamaForCausalLM")
+
+
+def config_from_head_dict(d: dict, source: str) -> DrafterConfig:
+    """Read a speculators or research-format config dict into ``DrafterConfig``."""
+    method = d.get("speculators_model_type")
+    layer = d.get("transformer_layer_config", d)
+    if method is None:  # research format / vLLM LlamaForCausalLMEagle3 folder
+        mask = _mask_token_id(d)
+        method = "peagle" if mask is not None else "eagle3"
+    if method not in ("eagle3", "peagle"):
+        raise CheckpointError(f"{source}: speculators_model_type {method!r} is not supported; "
+                              "expected 'eagle3' or 'peagle'")
+    try:
+        H = d.get("target_hidden_size") or layer["hidden_size"]
+        n_layers = d.get("num_hidden_layers", layer.get("num_hidden_layers", 1))
+        nh = layer["num_attention_heads"]
+        kw = dict(
+            method=method, num_hidden_layers=n_layers, hidden_size=H, num_attention_heads=nh,
+            num_key_value_heads=layer.get("num_key_value_heads", nh),
+            head_dim=layer.get("head_dim") or H // nh, intermediate_size=layer["intermediate_size"],
+            rms_norm_eps=layer.get("rms_norm_eps", 1e-6), rope_theta=float(layer.get("rope_theta", 10000.0)),
+            rope_scaling=layer.get("rope_scaling"),
+            max_position_embeddings=layer.get("max_position_embeddings", 4096),
+            vocab_size=layer["vocab_size"], draft_vocab_size=d.get("draft_vocab_size", layer["vocab_size"]),
+            norm_before_residual=bool(d.get("norm_before_residual", False)),
+            mask_token_id=_mask_token_id(d) if method == "peagle" else None,
+            target_model_type=_model_type_of(d),
+        )
+        ids = d.get("eagle_aux_hidden_state_layer_ids") or (d.get("eagle_config") or {}).get(
+            "eagle_aux_hidden_state_layer_ids")
+        if ids is not None:
+            kw["aux_layer_ids"] = tuple(ids)
+        return DrafterConfig(**kw)
+    except KeyError as e:
+        raise CheckpointError(f"{source}: missing required field {e.args[0]!r}") from None
+    except ValueError as e:
+        raise CheckpointError(f"{source}: {e}") from None
+
+
+def _mask_token_id(d: dict) -> int | None:
+    for key in ("mask_token_id", "pard_token", "ptd_token_id", "dspark_noise_token_id"):
+        if d.get(key) is not None:
+            return int(d[key])
+    dflash = d.get("dflash_config") or {}
+    return dflash.get("mask_token_id")
+
+
+def _model_type_of(d: dict) -> str:
+    archs = ((d.get("speculators_config") or {}).get("verifier") or {}).get("architectures") or []
+    for a in archs:
+        for mt in ("qwen3", "qwen2", "mistral", "llama"):
+            if a.lower().startswith(mt):
+                return mt
+    return "llama"
+
+
+def head_state_dict(drafter: Drafter) -> dict[str, torch.Tensor]:
+    """Our drafter's tensors under speculators names (no ``model.`` prefix)."""
+    sd = {k: v.detach().contiguous() for k, v in drafter.state_dict().items()}
+    return sd
+
+
+def save_head(drafter: Drafter, path: Path | str, *, verifier: str = "SmolLM2-135M-Instruct",
+              k: int = 5, dtype: torch.dtype | None = None, card: str | None = None) -> Path:
+    """Write ``drafter`` as a speculators folder, sharded at ≤ 15 MiB, atomically.
+
+    Args:
+        dtype: store floating tensors in this dtype (e.g. bfloat16 for shipped heads).
+        card: optional model-card Markdown written as README.md.
+    """
+    from safetensors.torch import save_file
+
+    sd = head_state_dict(drafter)
+    if dtype is not None:
+        sd = {k_: (v.to(dtype) if v.is_floating_point() else v) for k_, v in sd.items()}
+    shards: list[dict[str, torch.Tensor]] = [{}]
+    size = 0
+    for name, t in sorted(sd.items()):
+        nbytes = t.numel() * t.element_size()
+        if nbytes > SHARD_BYTES:
+            raise CheckpointError(f"tensor {name} alone is {nbytes / 2**20:.1f} MiB, over the 15 MiB shard "
+                                  "limit; use a smaller draft vocabulary or bfloat16")
+        if size + nbytes > SHARD_BYTES and shards[-1]:
+            shards.append({})
+            size = 0
+        shards[-1][name] = t
+        size += nbytes
+    path = Path(path)
+    with atomic_dir(path) as tmp:
+        (tmp / "config.json").write_text(json.dumps(head_config_dict(drafter.config, verifier, k), indent=2) + "\n")
+        weight_map, files = {}, {}
+        for i, shard in enumerate(shards):
+            name = "model.safetensors" if len(shards) == 1 else f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
+            save_file(shard, str(tmp / name), metadata={"format": "pt"})
+            weight_map.update({k_: name for k_ in shard})
+            files[name] = sha256_file(tmp / name)
+        if len(shards) > 1:
+            (tmp / "model.safetensors.index.json").write_text(json.dumps(
+                {"metadata": {"total_size": sum(t.numel() * t.element_size() for t in sd.values())},
+                 "weight_map": weight_map}, indent=2) + "\n")
+        (tmp / "checksums.json").write_text(json.dumps(files, indent=2) + "\n")
+        if card:
+            (tmp / "README.md").write_text(card)
+    return path
+
+
+def _read_weights(path: Path) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    files = sorted(path.glob("*.safetensors"))
+    sums = path / "checksums.json"
+    expected = json.loads(sums.read_text()) if sums.is_file() else {}
+    sd: dict[str, torch.Tensor] = {}
+    for f in files:
+        if f.name in expected and sha256_file(f) != expected[f.name]:
+            raise CheckpointError(f"{f}: sha256 does not match checksums.json (truncated or corrupted)")
+        try:
+            sd.update(load_file(str(f)))
+        except Exception as e:
+            raise CheckpointError(f"{f}: cannot read safetensors file ({e})") from None
+    if not files:
+        bins = sorted(path.glob("*.bin")) + sorted(path.glob("*.pt"))
+        for f in bins:  # research checkpoints: tensors only, never arbitrary objects
+            try:
+                obj = torch.load(str(f), map_location="cpu", weights_only=True)
+            except Exception as e:
+                raise CheckpointError(f"{f}: not a plain tensor checkpoint ({type(e).__name__}: {e})") from None
+            sd.update(obj)
+    if not sd:
+        raise CheckpointError(f"{path}: no weights (*.safetensors, or tensor-only *.bin)")
+    return sd
+
+
+def _normalise_names(sd: dict[str, torch.Tensor], source: str) -> dict[str, torch.Tensor]:
+    out = {}
+    for k, v in sd.items():
+        name = k[len("model."):] if k.startswith("model.") else k
+        if name.startswith("midlayer."):
+            name = "layers.0." + name[len("midlayer."):]
+        if name == "embed_tokens.weight":
+            continue  # the target's table; a learned mask row is read by load_head
+        out[name] = v
+    return out
+
+
+def load_head(path: Path | str, target=None, dtype: torch.dtype = torch.float32,
+              device: str | torch.device = "cpu") -> Drafter:
+    """Load a drafter folder (speculators, vLLM Eagle3 or research layout) into ``Drafter``.
+
+    When ``target`` is given, the head is checked against it (hidden size, vocabulary, taps)
+    and the target's embedding table is attached.
+
+    Raises:
+        CheckpointError: unreadable files, missing fields, wrong shapes or unknown tensors.
+        ValueError: a head built for another target.
+    """
+    path = Path(path)
+    if not (path / "config.json").is_file():
+        raise CheckpointError(f"{path}: not a drafter folder (no config.json)")
+    try:
+        raw = json.loads((path / "config.json").read_text())
+    except json.JSONDecodeError as e:
+        raise CheckpointError(f"{path / 'config.json'}: not valid JSON ({e})") from None
+    cfg = config_from_head_dict(raw, str(path / "config.json"))
+    full = _read_weights(path)
+    sd = _normalise_names(full, str(path))
+    drafter = Drafter(cfg)
+    expected = drafter.state_dict()
+    if "t2d" not in sd:
+        sd["t2d"] = expected["t2d"]
+    if "d2t" not in sd:
+        sd["d2t"] = expected["d2t"]
+    if cfg.method == "peagle" and "mask_embedding" not in sd:
+        emb = full.get("embed_tokens.weight", full.get("model.embed_tokens.weight"))
+        if emb is not None:
+            sd["mask_embedding"] = emb[cfg.mask_token_id]
+    unknown = sorted(set(sd) - set(expected))
+    missing = sorted(set(expected) - set(sd) - ({"mask_embedding"} if cfg.method == "peagle" else set()))
+    if unknown or missing:
+        raise CheckpointError(f"{path}: tensors do not match a {cfg.num_hidden_layers}-layer {cfg.method} head; "
+                              f"missing {missing[:6]}, unknown {unknown[:6]}")
+    for k, t in sd.items():
+        if k == "mask_hidden":
+            t = sd[k] = t.reshape(-1)
+        if tuple(t.shape) != tuple(expected[k].shape):
+            raise CheckpointError(f"{path}: tensor {k} has shape {tuple(t.shape)}, expected {tuple(expected[k].shape)}")
+    if "mask_embedding" not in sd and cfg.method == "peagle":
+        sd["mask_embedding"] = torch.zeros_like(expected["mask_embedding"])
+    drafter.load_state_dict({k: v.to(expected[k].dtype) for k, v in sd.items()})
+    drafter = drafter.to(device=device, dtype=dtype)
+    if target is not None:
+        from ..engine import check_drafter_fits
+
+        check_drafter_fits(drafter, target, cfg.method)
+        drafter.attach_embeddings(target.embed_tokens.weight)
+    return drafter.eval()

