@@ -71,24 +71,35 @@ def build_draft_batch(drafter: Drafter, taps: torch.Tensor, token_ids: torch.Ten
     return inputs, hidden
 
 
-def _first_pass(drafter, cache, inputs: DraftInputs, hidden, c: int, k: int):
+def run_drafter(drafter: Drafter, cache: KVCache, ids, hidden, positions, slots, rows=None):
+    """One drafter pass with the KV cache: logits at ``rows`` [c, m] (all rows when None).
+
+    The engine swaps this for a CUDA-graphed twin with the same signature.
+    """
+    return drafter(ids, hidden, positions, cache=cache, slot_mapping=slots, logits_rows=rows)
+
+
+def _first_pass(forward, cache, inputs: DraftInputs, hidden, c: int, k: int):
     R = inputs.rows_per_request
     rows = inputs.sample_indices.view(c, k) - torch.arange(c, device=hidden.device)[:, None] * R
-    return drafter(inputs.input_ids.view(c, R), hidden.view(c, R, -1), inputs.positions.view(c, R),
-                   cache=cache, slot_mapping=inputs.slot_mapping.view(c, R), logits_rows=rows), rows
+    return forward(cache, inputs.input_ids.view(c, R), hidden.view(c, R, -1), inputs.positions.view(c, R),
+                   inputs.slot_mapping.view(c, R), rows), rows
 
 
 def draft_parallel(drafter: Drafter, cache: KVCache, taps, token_ids, positions, num_accepted, bonus_tokens, *,
                    k: int, max_len: int, temperature: float = 0.0, generator: torch.Generator | None = None,
-                   backend: str = "auto", batch: tuple[DraftInputs, torch.Tensor] | None = None) -> DraftResult:
+                   backend: str = "auto", batch: tuple[DraftInputs, torch.Tensor] | None = None,
+                   forward=None) -> DraftResult:
     """P-EAGLE: all K drafts in ONE drafter pass (bonus slot + K−1 mask slots).
 
-    ``batch`` is a ready ``build_draft_batch(..., k)`` result (the engine times it apart).
+    ``batch`` is a ready ``build_draft_batch(..., k)`` result (the engine times it apart);
+    ``forward`` replaces ``run_drafter`` (the engine passes a CUDA-graphed one).
     """
+    forward = forward or (lambda *a: run_drafter(drafter, *a))
     c = taps.shape[0]
     inputs, hidden = batch or build_draft_batch(drafter, taps, token_ids, positions, num_accepted,
                                                 bonus_tokens, k, max_len, backend)
-    out, _ = _first_pass(drafter, cache, inputs, hidden, c, k)
+    out, _ = _first_pass(forward, cache, inputs, hidden, c, k)
     tokens, probs = sample_from_logits(drafter, out.logits, temperature, generator)
     return DraftResult(tokens, probs, 1, inputs)
 
@@ -96,15 +107,18 @@ def draft_parallel(drafter: Drafter, cache: KVCache, taps, token_ids, positions,
 def draft_autoregressive(drafter: Drafter, cache: KVCache, taps, token_ids, positions, num_accepted,
                          bonus_tokens, *, k: int, max_len: int, temperature: float = 0.0,
                          generator: torch.Generator | None = None, backend: str = "auto",
-                         batch: tuple[DraftInputs, torch.Tensor] | None = None) -> DraftResult:
+                         batch: tuple[DraftInputs, torch.Tensor] | None = None,
+                         forward=None) -> DraftResult:
     """EAGLE-3: K drafter passes, each feeding back its own pre-norm hidden state and token.
 
-    ``batch`` is a ready ``build_draft_batch(..., 1)`` result (the engine times it apart).
+    ``batch`` is a ready ``build_draft_batch(..., 1)`` result (the engine times it apart);
+    ``forward`` replaces ``run_drafter`` (the engine passes a CUDA-graphed one).
     """
+    forward = forward or (lambda *a: run_drafter(drafter, *a))
     c = taps.shape[0]
     inputs, hidden = batch or build_draft_batch(drafter, taps, token_ids, positions, num_accepted,
                                                 bonus_tokens, 1, max_len, backend)
-    out, rows = _first_pass(drafter, cache, inputs, hidden, c, 1)
+    out, rows = _first_pass(forward, cache, inputs, hidden, c, 1)
     tok, probs = sample_from_logits(drafter, out.logits, temperature, generator)
     tokens, all_probs = [tok], [probs]
     h = torch.gather(out.hidden, 1, rows[..., None].expand(-1, -1, out.hidden.shape[-1]))  # [c, 1, H]
@@ -113,7 +127,7 @@ def draft_autoregressive(drafter: Drafter, cache: KVCache, taps, token_ids, posi
     for _ in range(1, k):
         pos = pos + 1
         slots = torch.where(pos < max_len, base + pos, torch.full_like(pos, -1))
-        out = drafter(tok, h, pos, cache=cache, slot_mapping=slots)
+        out = forward(cache, tok, h, pos, slots, None)
         tok, probs = sample_from_logits(drafter, out.logits, temperature, generator)
         tokens.append(tok)
         all_probs.append(probs)

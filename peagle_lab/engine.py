@@ -23,7 +23,7 @@ import torch
 
 from .config import SpecConfig
 from .drafter import Drafter
-from .drafting import DraftResult, build_draft_batch, draft_autoregressive, draft_parallel
+from .drafting import DraftResult, build_draft_batch, draft_autoregressive, draft_parallel, run_drafter
 from .models.llama import LlamaModel
 from .verify import VerifyResult, sample_verify_noise, target_probs_from_logits, verify_greedy, verify_rejection
 
@@ -168,6 +168,20 @@ class SpecDecoder:
         self.device = target.device
         self.use_graphs = config.cuda_graphs and self.device.type == "cuda"
         self._graphs = _Graphs()
+        self._cache_t = self._cache_d = None
+
+    def _caches(self, c: int, max_len: int):
+        """KV caches reused across ``generate`` calls (so captured graphs stay valid)."""
+        cur = self._cache_t
+        if cur is None or c > cur.max_batch or max_len > cur.max_len:
+            self._graphs = _Graphs()  # graphs point at the old caches
+            self._cache_t = self._cache_d = None
+            if self.device.type == "cuda":
+                torch.cuda.empty_cache()
+            self._cache_t = self.target.allocate_cache(c, max_len)
+            if self.config.k:
+                self._cache_d = self.drafter.allocate_cache(c, max_len)
+        return self._cache_t, self._cache_d
 
     # ------------------------------------------------------------------ forwards
     def _target(self, ids, pos, slots, cache):
@@ -175,8 +189,18 @@ class SpecDecoder:
             o = self.target(ids, pos, cache=cache, slot_mapping=slots, return_taps=self.config.k > 0)
             return o.logits, o.taps
         if self.use_graphs:
-            return self._graphs.run(("target", id(cache), tuple(ids.shape)), fn, ids, pos, slots)
+            return self._graphs.run(("target", tuple(ids.shape)), fn, ids, pos, slots)
         return fn(ids, pos, slots)
+
+    def _drafter_forward(self, cache, ids, hidden, pos, slots, rows):
+        if not self.use_graphs:
+            return run_drafter(self.drafter, cache, ids, hidden, pos, slots, rows)
+
+        def fn(ids, hidden, pos, slots, *rows):
+            return run_drafter(self.drafter, cache, ids, hidden, pos, slots, rows[0] if rows else None)
+        extra = (rows,) if rows is not None else ()
+        key = ("drafter", tuple(ids.shape), None if rows is None else tuple(rows.shape))
+        return self._graphs.run(key, fn, ids, hidden, pos, slots, *extra)
 
     def _draft(self, cache, taps, ids, pos, n, bonus, max_len, gen, timer: "_Timer | None" = None):
         """Build the draft batch (timed as "prep") and run the drafter; returns (result, marks)."""
@@ -188,7 +212,8 @@ class SpecDecoder:
         m1 = timer.mark() if timer else None
         fn = draft_parallel if parallel else draft_autoregressive
         res = fn(self.drafter, cache, taps, ids, pos, n, bonus, k=cfg.k, max_len=max_len,
-                 temperature=cfg.temperature, generator=gen, backend=cfg.kernel_backend, batch=batch)
+                 temperature=cfg.temperature, generator=gen, backend=cfg.kernel_backend, batch=batch,
+                 forward=self._drafter_forward)
         m2 = timer.mark() if timer else None
         return res, (m0, m1, m2)
 
@@ -218,14 +243,14 @@ class SpecDecoder:
         if not isinstance(max_new, int) or isinstance(max_new, bool) or max_new < 1:
             raise ValueError(f"max_new_tokens={max_new!r} must be an integer >= 1")
         c, dev = len(prompts), self.device
-        max_len = max(lens) + max_new + K + 1
+        need = max(lens) + max_new + K + 1
         limit = self.target.config.max_position_embeddings
-        if max_len > limit:
+        if need > limit:
             raise ValueError(f"longest prompt ({max(lens)} tokens) + max_new_tokens ({max_new}) + K ({K}) "
-                             f"+ 1 = {max_len} exceeds the model's context of {limit} positions")
+                             f"+ 1 = {need} exceeds the model's context of {limit} positions")
         gen = torch.Generator(device=dev).manual_seed(cfg.seed)
-        cache_t = self.target.allocate_cache(c, max_len)
-        cache_d = self.drafter.allocate_cache(c, max_len) if K else None
+        cache_t, cache_d = self._caches(c, need)
+        max_len = cache_t.max_len  # request b owns slots [b*max_len, (b+1)*max_len)
         rows = torch.arange(c, device=dev)
 
         t0 = time.perf_counter()

@@ -3,8 +3,15 @@ from __future__ import annotations
 
 import os
 
-import pytest
 import torch
+
+# Without a GPU, every Triton kernel runs under Triton's interpreter, so the whole CPU suite
+# (engine included) exercises the kernels, not only their PyTorch references. It must be set
+# before triton is first imported, hence here, at collection start.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import pytest  # noqa: E402
 from hypothesis import HealthCheck, settings
 
 # "ci" keeps a fixed example budget and derandomised draws so CI time is bounded and

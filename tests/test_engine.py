@@ -13,6 +13,7 @@ PROMPTS = [[5, 6, 7, 8, 9], [10, 11, 12], [3, 1, 4, 1, 5, 9, 2, 6, 5]]
 
 
 def run(target, drafter, method, k=3, prompts=PROMPTS, eos_token_ids=None, **kw):
+    """Decode ``prompts``; kernels run on Triton (the interpreter on CPU) unless told otherwise."""
     cfg = SpecConfig(method=method, num_speculative_tokens=k, max_new_tokens=kw.pop("max_new_tokens", 24), **kw)
     return SpecDecoder(target, drafter, cfg).generate(prompts, eos_token_ids=eos_token_ids)
 
@@ -35,6 +36,13 @@ def test_lossless_with_random_drafters(target, baseline, method, k, c, layers):
     drafter = tiny_drafter(target, method, num_hidden_layers=layers, seed=k + c)
     got = run(target, drafter, method, k, prompts=PROMPTS[:c])
     assert got.tokens == baseline[c]
+
+
+@pytest.mark.parametrize("backend", ["torch", "triton"])
+@pytest.mark.parametrize("method", ["eagle3", "peagle"])
+def test_both_kernel_backends_are_lossless(target, baseline, method, backend):
+    got = run(target, tiny_drafter(target, method), method, 4, kernel_backend=backend)
+    assert got.tokens == baseline[3]
 
 
 @pytest.mark.parametrize("method", ["eagle3", "peagle"])
@@ -152,3 +160,13 @@ def test_bad_requests_and_mismatched_drafters(target):
     other = tiny_target(vocab_size=50)
     with pytest.raises(ValueError, match="does not fit the target"):
         SpecDecoder(target, tiny_drafter(other, "peagle"), SpecConfig(method="peagle"))
+
+
+def test_engine_reuses_its_caches_without_stale_state(target, baseline):
+    engine = SpecDecoder(target, tiny_drafter(target, "peagle"), SpecConfig(method="peagle", max_new_tokens=24))
+    long_first = engine.generate([[7] * 30, [8] * 25, [9] * 20], max_new_tokens=24)
+    assert long_first.tokens == run(target, None, "baseline", prompts=[[7] * 30, [8] * 25, [9] * 20]).tokens
+    cache = engine._cache_t
+    assert engine.generate(PROMPTS[:1]).tokens == baseline[1]  # smaller batch, same caches
+    assert engine._cache_t is cache
+    assert engine.generate(PROMPTS).tokens == baseline[3]

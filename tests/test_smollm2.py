@@ -53,3 +53,29 @@ def test_greedy_generation_equals_transformers(smollm2, hf_from_gguf):
                                         eos_token_id=2, pad_token_id=2)
         assert got == ref[0, len(p):].tolist()
     assert "Paris" in tok.decode(ours.tokens[0])
+
+
+@pytest.fixture(scope="module")
+def smol_baseline(smollm2):
+    model, tok = smollm2
+    prompts = [chat_ids(tok, p) for p in CHAT_PROMPTS]
+    cfg = SpecConfig(method="baseline", max_new_tokens=24)
+    return prompts, {c: SpecDecoder(model, None, cfg).generate(prompts[:c]).tokens for c in (1, 3)}
+
+
+@pytest.mark.parametrize("method", ["eagle3", "peagle"])
+@pytest.mark.parametrize("k", [1, 3, 7])
+@pytest.mark.parametrize("c", [1, 3])
+def test_speculative_decoding_is_lossless_on_smollm2(smollm2, smol_baseline, method, k, c):
+    from peagle_lab.drafter import random_drafter
+    from peagle_lab.heads import default_drafter
+
+    model, _ = smollm2
+    prompts, base = smol_baseline
+    drafters = [random_drafter(model, method, seed=k)]
+    shipped, origin = default_drafter(model, method)
+    if origin.startswith("bundled"):
+        drafters.append(shipped)
+    for drafter in drafters:
+        cfg = SpecConfig(method=method, num_speculative_tokens=k, max_new_tokens=24)
+        assert SpecDecoder(model, drafter, cfg).generate(prompts[:c]).tokens == base[c]

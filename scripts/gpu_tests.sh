@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Run the GPU test suite (pytest -m gpu: CUDA graphs, compiled Triton kernels, bf16 engine)
+# and write a summary JSON (passed/failed, device, versions, commit) to ${1:-docs/results/h200}.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${1:-docs/results/h200}
+mkdir -p "$out"
+PY=${PYTHON:-python3}
+export PEAGLE_LAB_RESULTS_DIR=$out
+$PY -m pytest -m gpu -q -p no:cacheprovider -rs --junitxml="$out/gpu_junit.xml" tests 2>&1 | tee "$out/gpu_tests.log"
+rc=${PIPESTATUS[0]}
+$PY - "$out" "$rc" <<'PY'
+import json, subprocess, sys, datetime, xml.etree.ElementTree as ET
+import torch, triton
+out, rc = sys.argv[1], int(sys.argv[2])
+suite = ET.parse(f"{out}/gpu_junit.xml").getroot()
+s = suite if suite.tag == "testsuite" else suite.find("testsuite")
+commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip() or None
+summary = {"command": "bash scripts/gpu_tests.sh", "exit_code": rc, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+           "device": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
+           "torch": torch.__version__, "triton": triton.__version__, "commit": commit,
+           "tests": int(s.get("tests")), "failures": int(s.get("failures")), "errors": int(s.get("errors")),
+           "skipped": int(s.get("skipped"))}
+summary["passed"] = summary["tests"] - summary["failures"] - summary["errors"] - summary["skipped"]
+json.dump(summary, open(f"{out}/gpu_suite.json", "w"), indent=2)
+print(json.dumps(summary))
+PY
+exit "$rc"
