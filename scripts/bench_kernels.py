@@ -14,28 +14,20 @@ Usage (from the repository root, with peagle_lab importable, e.g. ``pip install 
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import shlex
-import subprocess
 import sys
 from pathlib import Path
 
 import torch
+
+from peagle_lab.provenance import run_info
 
 REPO = Path(__file__).resolve().parent.parent
 H = 576  # SmolLM2-135M hidden size
 CONCURRENCY = (1, 8, 64)
 NUM_SPECULATIVE_TOKENS = (3, 7)
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
-
-
-def _git(*args: str) -> str | None:
-    try:
-        done = subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return done.stdout.strip() if done.returncode == 0 else None
 
 
 def _inputs(c: int, K: int, dtype: torch.dtype, seed: int = 0) -> dict:
@@ -138,12 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     result = dict(
         benchmark="draft batch construction: prepare_draft_inputs + fill_draft_hidden, "
                   "fused Triton vs PyTorch reference",
-        device=torch.cuda.get_device_name(),
-        torch=torch.__version__, triton=triton.__version__, cuda=torch.version.cuda,
-        command=shlex.join([sys.executable, *sys.argv]),
-        git_commit=_git("rev-parse", "HEAD"),
-        git_dirty=None if (status := _git("status", "--porcelain")) is None else bool(status),
-        date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        **run_info(shlex.join(["python", *sys.argv])), cuda=torch.version.cuda,
         timing="medians in microseconds; eager: triton.testing.do_bench (warm-up excluded, "
                "L2 flushed between runs; host launch cost dominates at these sizes); graph: triton.testing.do_bench_cudagraph (replays of "
                "a captured graph). launches: CUDA kernel events of one torch.profiler call.",

@@ -7,19 +7,16 @@ out=${1:-docs/results/h200}
 mkdir -p "$out"
 PY=${PYTHON:-python3}
 export PEAGLE_LAB_RESULTS_DIR=$out
-$PY -m pytest -m gpu -q -p no:cacheprovider -rs --junitxml="$out/gpu_junit.xml" tests 2>&1 | tee "$out/gpu_tests.log"
+shift || true
+$PY -m pytest -m gpu -q -p no:cacheprovider -rs --junitxml="$out/gpu_junit.xml" "${@:-tests}" 2>&1 | tee "$out/gpu_tests.log"
 rc=${PIPESTATUS[0]}
 $PY - "$out" "$rc" <<'PY'
-import json, subprocess, sys, datetime, xml.etree.ElementTree as ET
-import torch, triton
+import json, sys, xml.etree.ElementTree as ET
+from peagle_lab.provenance import run_info
 out, rc = sys.argv[1], int(sys.argv[2])
 suite = ET.parse(f"{out}/gpu_junit.xml").getroot()
 s = suite if suite.tag == "testsuite" else suite.find("testsuite")
-commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip() or None
-summary = {"command": "bash scripts/gpu_tests.sh", "exit_code": rc, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
-           "device": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
-           "torch": torch.__version__, "triton": triton.__version__, "commit": commit,
-           "tests": int(s.get("tests")), "failures": int(s.get("failures")), "errors": int(s.get("errors")),
+summary = {**run_info("bash scripts/gpu_tests.sh"), "exit_code": rc, "tests": int(s.get("tests")), "failures": int(s.get("failures")), "errors": int(s.get("errors")),
            "skipped": int(s.get("skipped"))}
 summary["passed"] = summary["tests"] - summary["failures"] - summary["errors"] - summary["skipped"]
 json.dump(summary, open(f"{out}/gpu_suite.json", "w"), indent=2)
