@@ -119,6 +119,20 @@ class _Timer:
         return 1000.0 * (self.marks[b] - self.marks[a])
 
 
+def _capture(fn):
+    """Warm ``fn`` up on a side stream, then capture it; returns (graph, its static output)."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(2):  # allocator and lazy initialisation happen outside the graph
+            fn()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        out = fn()
+    return g, out
+
+
 class _Graphs:
     """CUDA graphs captured per input shape; ``run`` copies inputs into static buffers."""
 
@@ -128,15 +142,7 @@ class _Graphs:
     def run(self, key, fn, *args: torch.Tensor):
         if key not in self.graphs:
             static = [a.clone() for a in args]
-            s = torch.cuda.Stream()
-            s.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(s):
-                for _ in range(2):  # warm-up outside the graph (allocator, lazy inits)
-                    fn(*static)
-            torch.cuda.current_stream().wait_stream(s)
-            g = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(g):
-                out = fn(*static)
+            g, out = _capture(lambda: fn(*static))
             self.graphs[key] = (g, static, out)
         g, static, out = self.graphs[key]
         for s_, a in zip(static, args):
@@ -203,17 +209,49 @@ class SpecDecoder:
         return self._graphs.run(key, fn, ids, hidden, pos, slots, *extra)
 
     def _draft(self, cache, taps, ids, pos, n, bonus, max_len, gen, timer: "_Timer | None" = None):
-        """Build the draft batch (timed as "prep") and run the drafter; returns (result, marks)."""
+        """Build the draft batch (timed as "prep") and run the drafter; returns (result, marks).
+
+        On CUDA at temperature 0, decode steps replay two graphs (prep, then every drafter
+        pass with its argmax), so both methods pay no per-kernel launch cost; the prefill
+        step, whose width changes with the prompts, runs eagerly.
+        """
         cfg = self.config
         parallel = cfg.method == "peagle"
-        m0 = timer.mark() if timer else None
-        batch = build_draft_batch(self.drafter, taps, ids, pos, n, bonus, cfg.k if parallel else 1,
-                                  max_len, cfg.kernel_backend)
-        m1 = timer.mark() if timer else None
+        k_first = cfg.k if parallel else 1
         fn = draft_parallel if parallel else draft_autoregressive
-        res = fn(self.drafter, cache, taps, ids, pos, n, bonus, k=cfg.k, max_len=max_len,
-                 temperature=cfg.temperature, generator=gen, backend=cfg.kernel_backend, batch=batch,
-                 forward=self._drafter_forward)
+
+        def prep(taps, ids, pos, n, bonus):
+            return build_draft_batch(self.drafter, taps, ids, pos, n, bonus, k_first, max_len, cfg.kernel_backend)
+
+        def draft(batch, forward):
+            return fn(self.drafter, cache, taps, ids, pos, n, bonus, k=cfg.k, max_len=max_len,
+                      temperature=cfg.temperature, generator=gen, backend=cfg.kernel_backend, batch=batch,
+                      forward=forward)
+
+        if self.use_graphs and cfg.temperature == 0 and ids.shape[1] == cfg.k + 1:
+            return self._graphed_draft(prep, draft, (taps, ids, pos, n, bonus), timer)
+        m0 = timer.mark() if timer else None
+        batch = prep(taps, ids, pos, n, bonus)
+        m1 = timer.mark() if timer else None
+        res = draft(batch, self._drafter_forward)
+        m2 = timer.mark() if timer else None
+        return res, (m0, m1, m2)
+
+    def _graphed_draft(self, prep, draft, args, timer):
+        key = ("draft", tuple(args[1].shape))
+        if key not in self._graphs.graphs:
+            static = [a.clone() for a in args]
+            g_prep, batch = _capture(lambda: prep(*static))
+            plain = lambda cache, *a: run_drafter(self.drafter, cache, *a)  # noqa: E731
+            g_draft, res = _capture(lambda: draft(batch, plain))
+            self._graphs.graphs[key] = (g_prep, g_draft, static, res)
+        g_prep, g_draft, static, res = self._graphs.graphs[key]
+        for s_, a in zip(static, args):
+            s_.copy_(a)
+        m0 = timer.mark() if timer else None
+        g_prep.replay()
+        m1 = timer.mark() if timer else None
+        g_draft.replay()
         m2 = timer.mark() if timer else None
         return res, (m0, m1, m2)
 
