@@ -25,7 +25,8 @@ from .config import SpecConfig
 from .drafter import Drafter
 from .drafting import DraftResult, build_draft_batch, draft_autoregressive, draft_parallel, run_drafter
 from .models.llama import LlamaModel
-from .verify import VerifyResult, sample_verify_noise, target_probs_from_logits, verify_greedy, verify_rejection
+from .kernels.verify import verify_greedy, verify_rejection
+from .verify import VerifyResult, sample_verify_noise, target_probs_from_logits
 
 
 @dataclass(frozen=True)
@@ -363,12 +364,13 @@ class SpecDecoder:
         return GenerationResult(outs, metrics, steps)
 
     def _verify(self, logits: torch.Tensor, drafts: DraftResult, gen) -> VerifyResult:
+        backend = self.config.kernel_backend
         if self.config.temperature == 0:
-            return verify_greedy(logits, drafts.tokens)
+            return verify_greedy(logits, drafts.tokens, backend=backend)
         c, k1, V = logits.shape
         target_probs = target_probs_from_logits(logits, self.config.temperature)
         uniform, noise = sample_verify_noise(c, k1 - 1, V, gen, logits.device)
-        return verify_rejection(target_probs, drafts.draft_probs, drafts.tokens, uniform, noise)
+        return verify_rejection(target_probs, drafts.draft_probs, drafts.tokens, uniform, noise, backend=backend)
 
 
 def finished(tokens: list[int], eos: set[int], max_new: int) -> bool:
