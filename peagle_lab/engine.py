@@ -234,7 +234,10 @@ class SpecDecoder:
         m0 = timer.mark() if timer else None
         batch = prep(taps, ids, pos, n, bonus)
         m1 = timer.mark() if timer else None
-        res = draft(batch, self._drafter_forward)
+        # Only decode-step shapes are worth a graph; a prefill's width changes with every batch.
+        decode = ids.shape[1] == cfg.k + 1
+        res = draft(batch, self._drafter_forward if decode else
+                    (lambda cache, *a: run_drafter(self.drafter, cache, *a)))
         m2 = timer.mark() if timer else None
         return res, (m0, m1, m2)
 
