@@ -1,0 +1,209 @@
+"""``peagle-lab bench``: the throughput sweep from the command line.
+
+Also runnable as ``python -m peagle_lab.bench.cli`` (what scripts/bench_h200.sh does).
+Three presets set the defaults, and every explicit flag overrides them:
+
+* full (no flag): the issue-6 sweep — K ∈ {3,5,7} everywhere plus 1,2,4,6,8 at c ∈ {1,64},
+  c ∈ {1..64}, chat + code + long, 128 new tokens, ≥ 4 prompts per cell (an H200 job);
+* ``--quick``: chat only, c ∈ {1,2}, K=3, 24 new tokens, 2 prompts per cell (CPU, minutes);
+* ``--tiny``: a random tiny model with a hashing tokenizer (seconds; for tests).
+
+Writes ``bench.json`` (rewritten after every cell, so a cut-short run keeps what it
+measured), ``bench.csv`` and ``report.html`` (with ``plotly.min.js`` beside it; skipped
+with a note when plotly is absent) into ``--out``, then prints the headline table and goals.
+"""
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+import tempfile
+import time
+from dataclasses import fields
+from pathlib import Path
+
+import torch
+
+from ..config import METHODS
+from .schema import write_csv, write_json
+from .sweep import SweepConfig, run_sweep
+from .workloads import WORKLOADS, HashTokenizer
+
+PRESETS = {
+    "full": dict(max_batch_tokens=65536),
+    "quick": dict(workloads=("chat",), concurrencies=(1, 2), ks=(3,), extra_ks=(), max_new_tokens=24, min_prompts=2,
+                  reference_workloads=("chat",)),
+    "tiny": dict(workloads=WORKLOADS, concurrencies=(1, 2), ks=(2,), extra_ks=(3,), extra_ks_at=(2,),
+                 max_new_tokens=8, min_prompts=2, long_context_tokens=(48, 160)),
+}
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+# Flag dest → SweepConfig field, for the flags that map one to one.
+_FIELDS = {f.name for f in fields(SweepConfig)}
+
+
+def add_bench_arguments(p: argparse.ArgumentParser) -> None:
+    """Add the ``bench`` flags to ``p`` (defaults None: the preset decides unless a flag is given)."""
+    preset = p.add_mutually_exclusive_group()
+    preset.add_argument("--quick", action="store_true", help="a reduced sweep that runs on a CPU in minutes")
+    preset.add_argument("--tiny", action="store_true", help="a random tiny model (seconds; tests)")
+    p.add_argument("--methods", nargs="+", choices=METHODS, help="default: all three")
+    p.add_argument("-k", "--num-speculative-tokens", dest="ks", nargs="+", type=int, metavar="K",
+                   help="K values measured at every concurrency (full: 3 5 7)")
+    p.add_argument("--extra-k", dest="extra_ks", nargs="*", type=int, metavar="K",
+                   help="more K values, only at --extra-k-at (full: 1 2 4 6 8)")
+    p.add_argument("--extra-k-at", dest="extra_ks_at", nargs="+", type=int, metavar="C",
+                   help="concurrencies for --extra-k (full: 1 64)")
+    p.add_argument("-c", "--concurrency", dest="concurrencies", nargs="+", type=int, metavar="C",
+                   help="full: 1 2 4 8 16 32 64")
+    p.add_argument("--workloads", nargs="+", choices=WORKLOADS, help="default: chat code long")
+    p.add_argument("--max-new-tokens", type=int, help="per request, every cell (full: 128)")
+    p.add_argument("--min-prompts", type=int, help="prompts per cell at least (full: 4)")
+    p.add_argument("--temperature", type=float, help="0 = greedy (default); >0 = rejection sampling")
+    p.add_argument("--stop-at-eos", action="store_true", help="stop requests at EOS (default: fixed length)")
+    p.add_argument("--seed", type=int)
+    p.add_argument("--max-batch-tokens", type=int, help="skip cells with c*(prompt+new) above this (full: 65536)")
+    p.add_argument("--time-budget-s", type=float, help="skip the cells still waiting after this many seconds")
+    p.add_argument("--long-context-tokens", nargs=2, type=int, metavar=("LO", "HI"),
+                   help="long-context excerpt lengths (full: 2048 7680)")
+    p.add_argument("--no-reference", action="store_true", help="skip transformers' static-cache generate")
+    p.add_argument("--reference-workloads", nargs="+", choices=WORKLOADS, help="default: chat code")
+    p.add_argument("--reference-concurrency", nargs="+", type=int, metavar="C", help="default: 1")
+    p.add_argument("--no-cuda-graphs", action="store_true")
+    p.add_argument("--kernel-backend", choices=["auto", "torch", "triton"],
+                   help="draft-batch kernels (default auto: Triton on CUDA, PyTorch on CPU)")
+    p.add_argument("--model", help="a HF folder or .gguf (default: the embedded SmolLM2)")
+    p.add_argument("--eagle3-head", help="an EAGLE-3 head folder (default: the bundled one, else random)")
+    p.add_argument("--peagle-head", help="a P-EAGLE head folder (default: the bundled one, else random)")
+    p.add_argument("--device", default="auto", help="auto | cpu | cuda[:N]")
+    p.add_argument("--dtype", default="auto", choices=["auto", *DTYPES], help="auto: bfloat16 on CUDA, else float32")
+    p.add_argument("--out", default="bench-results", help="output folder (default: ./bench-results)")
+    p.add_argument("--no-report", action="store_true", help="write JSON and CSV only")
+    p.add_argument("--inline-plotlyjs", action="store_true", help="embed plotly.js in report.html")
+    p.add_argument("--no-progress", action="store_true")
+
+
+def sweep_config(args) -> SweepConfig:
+    """The ``SweepConfig`` for parsed ``args``: the preset, overridden by every flag given."""
+    values = dict(PRESETS["tiny" if args.tiny else "quick" if args.quick else "full"])
+    for name in _FIELDS:
+        v = getattr(args, name, None)
+        if v is not None:
+            values[name] = tuple(v) if isinstance(v, list) else v
+    if args.stop_at_eos:
+        values["ignore_eos"] = False
+    if args.no_reference:
+        values["reference"] = False
+    if args.no_cuda_graphs:
+        values["cuda_graphs"] = False
+    return SweepConfig(**values)
+
+
+def _device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"--device {name} asked for CUDA, but torch sees no GPU")
+    try:
+        return torch.device(name)
+    except RuntimeError:
+        raise ValueError(f"--device {name!r} is not a device (auto | cpu | cuda[:N])") from None
+
+
+def _models(args, cfg: SweepConfig, device, dtype, tmp: Path):
+    """(target, tokenizer, drafters, reference folder or None, config notes) for the run."""
+    spec = [m for m in cfg.methods if m != "baseline"]
+    if args.tiny:
+        from ..models.checkpoints import save_hf_folder
+        from ..testing import tiny_drafter, tiny_target
+
+        target = tiny_target().to(device=device, dtype=dtype)
+        drafters = {m: tiny_drafter(target, m, seed=i + 1) for i, m in enumerate(spec)}
+        ref = save_hf_folder(tiny_target(), tmp / "tiny") if cfg.reference else None
+        return (target, HashTokenizer(target.config.vocab_size), drafters, ref,
+                {"model": "tiny random (peagle_lab.testing.tiny_target)", "heads": {m: "random (tiny)" for m in spec}})
+    from .. import zoo
+    from ..heads import default_drafter
+    from ..models.heads import load_head
+
+    path = Path(args.model) if args.model else zoo.convert_default(quiet=True)
+    target, tokenizer = zoo.load_model(path, dtype, device, quiet=True)
+    drafters, heads = {}, {}
+    for m in spec:
+        head = getattr(args, f"{m}_head", None)
+        if head:
+            drafters[m], heads[m] = load_head(head, target, dtype=dtype, device=device), str(head)
+        else:
+            drafters[m], heads[m] = default_drafter(target, m)
+    notes = {"model": str(path) if args.model else "SmolLM2-135M-Instruct (embedded default)", "heads": heads}
+    ref = path if path.is_dir() and cfg.reference else None
+    if cfg.reference and ref is None:
+        notes["reference_note"] = "transformers reference skipped: it needs a HF folder, not a GGUF file"
+    return target, tokenizer, drafters, ref, notes
+
+
+def run_bench(args) -> int:
+    """Run the sweep for parsed ``args`` and write JSON, CSV and HTML into ``args.out``.
+
+    Raises:
+        ValueError: bad flag values, a missing model or head, an unbuildable workload.
+    """
+    from ..provenance import run_info
+
+    cfg = sweep_config(args)
+    device = _device(args.device)
+    dtype = DTYPES.get(args.dtype) or (torch.bfloat16 if device.type == "cuda" else torch.float32)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    command = getattr(args, "command_line", None) or shlex.join(["peagle-lab", *sys.argv[1:]])
+    info = run_info(command)
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="peagle_bench_") as tmp:
+        target, tokenizer, drafters, ref, notes = _models(args, cfg, device, dtype, Path(tmp))
+        notes.update(device=str(device), dtype=str(dtype).removeprefix("torch."))
+        print(f"bench: {notes['model']} on {device} ({notes['dtype']}); heads: "
+              + (", ".join(f"{m}: {o}" for m, o in notes["heads"].items()) or "none"), flush=True)
+        result = run_sweep(target, tokenizer, drafters, cfg, run_info=info, extra_config=notes,
+                           reference_folder=ref, progress=not args.no_progress,
+                           on_update=lambda r: write_json(r, out / "bench.json"))
+    write_json(result, out / "bench.json")
+    write_csv(result, out / "bench.csv")
+    written = [out / "bench.json", out / "bench.csv"]
+    if not args.no_report:
+        try:
+            from .report import write_report
+
+            written.append(write_report(result, out / "report.html", args.inline_plotlyjs))
+        except ModuleNotFoundError as e:
+            if (e.name or "").partition(".")[0] != "plotly":
+                raise
+            print(f"bench: plotly is not installed, so no HTML; build it elsewhere with "
+                  f"`python -m peagle_lab.bench.report {out / 'bench.json'}`")
+    from .report import goals_table, headline_table
+
+    print(headline_table(result))
+    print(goals_table(result))
+    if result.skipped:
+        print(f"{len(result.skipped)} cells skipped (reasons in bench.json)")
+    if any("random" in str(o) for o in notes["heads"].values()):
+        print("note: heads marked 'random' are untrained: they draft noise (AL≈1), so these numbers measure "
+              "step costs, not what speculation can gain")
+    print(f"bench: {len(result.rows)} rows in {time.perf_counter() - t0:.0f} s; wrote "
+          + ", ".join(str(p) for p in written))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m peagle_lab.bench.cli", description=__doc__.split("\n")[0])
+    add_bench_arguments(p)
+    argv = sys.argv[1:] if argv is None else argv
+    args = p.parse_args(argv)
+    args.command_line = shlex.join(["python", "-m", "peagle_lab.bench.cli", *argv])
+    try:
+        return run_bench(args)
+    except (ValueError, RuntimeError, OSError) as e:
+        print(f"bench: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

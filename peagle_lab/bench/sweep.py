@@ -1,0 +1,339 @@
+"""The throughput sweep: method × K × concurrency × workload, every cell in our ``SpecDecoder``.
+
+Fairness rules, as issue 6 sets them:
+
+* baseline, EAGLE-3 and P-EAGLE run in the same engine (same target code, KV-cache layout,
+  kernels and CUDA-graph treatment), on the same prompts with the same max new tokens;
+  each method is compared at its own best K (``analysis.best_k``);
+* a cell at concurrency ``c`` decodes ``c·⌈min_prompts/c⌉`` prompts (the first ones of the
+  workload) in batches of exactly ``c``, so every batch has one shape;
+* warm-up is excluded: each cell gets a fresh engine whose KV cache is sized for the
+  cell's longest prompt first (cache growth would drop captured graphs), then a short
+  untimed pass over each of its batches captures every CUDA graph it needs (the decode
+  shapes and the prefill draft pass of each prompt length) before the timed pass;
+* the outside reference (transformers' static-cache ``generate``) is measured in the
+  same run on the same prompts (``peagle_lab.bench.reference``).
+
+Per cell the row holds TPS and TPOT (``engine.Metrics`` definitions, prefill included in
+TPS), AL and per-position acceptance, and the medians of the per-step verify / prep /
+draft times from the engine's trace. Cells that cannot run (time budget, the batch-token
+cap, out of memory) are listed in ``result.skipped`` with the reason.
+"""
+from __future__ import annotations
+
+import gc
+import math
+import statistics
+import sys
+import time
+from dataclasses import asdict, dataclass
+
+import torch
+
+from ..config import BACKENDS, MAX_K, METHODS, SpecConfig, check_choice, check_int
+from ..engine import GenerationResult, SpecDecoder
+from .schema import BenchResult, BenchRow, SkippedCell
+from .workloads import WORKLOADS, Prompt, load_workload
+
+
+@dataclass(frozen=True)
+class SweepConfig:
+    """What one sweep measures. The defaults are the full H200 sweep of issue 6."""
+
+    methods: tuple[str, ...] = METHODS
+    ks: tuple[int, ...] = (3, 5, 7)  # K values measured at every concurrency
+    extra_ks: tuple[int, ...] = (1, 2, 4, 6, 8)  # more K values (for AL vs K), only at extra_ks_at
+    extra_ks_at: tuple[int, ...] = (1, 64)  # the concurrencies where extra_ks run (cheap ones)
+    concurrencies: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)
+    workloads: tuple[str, ...] = WORKLOADS
+    temperature: float = 0.0  # 0: greedy verification; > 0: rejection sampling
+    max_new_tokens: int = 128  # per request, every cell
+    min_prompts: int = 4  # a cell decodes c·⌈min_prompts/c⌉ prompts, in batches of c
+    ignore_eos: bool = True  # fixed output length (like vLLM's --ignore-eos), so cells compare
+    seed: int = 0  # prompt selection and sampling
+    cuda_graphs: bool = True
+    kernel_backend: str = "auto"  # draft-batch kernels: "auto" (Triton on CUDA), "torch" or "triton"
+    max_batch_tokens: int | None = None  # skip cells whose KV block c·(prompt + new) exceeds this
+    long_context_tokens: tuple[int, int] = (2048, 7680)  # long-context excerpt lengths
+    reference: bool = True  # measure transformers' static-cache generate too
+    reference_workloads: tuple[str, ...] = ("chat", "code")  # of those swept
+    reference_concurrency: tuple[int, ...] = (1,)
+    time_budget_s: float | None = None  # cells still waiting when it runs out are skipped
+
+    def __post_init__(self) -> None:
+        check_choice("kernel_backend", self.kernel_backend, BACKENDS)
+        for name, allowed in (("methods", METHODS), ("workloads", WORKLOADS), ("reference_workloads", WORKLOADS)):
+            bad = [v for v in getattr(self, name) if v not in allowed]
+            if bad or (name != "reference_workloads" and not getattr(self, name)):
+                raise ValueError(f"{name}={getattr(self, name)!r}: each must be one of {', '.join(allowed)}")
+        if any(m != "baseline" for m in self.methods) and not self.ks:
+            raise ValueError("ks is empty; give at least one K for eagle3/peagle")
+        for k in self.ks + self.extra_ks:
+            check_int("K", k, 1, MAX_K)
+        for c in self.concurrencies + self.extra_ks_at + self.reference_concurrency:
+            check_int("concurrency", c, 1, 4096)
+        if not self.concurrencies:
+            raise ValueError("concurrencies is empty; give at least one")
+        if isinstance(self.temperature, bool) or not isinstance(self.temperature, (int, float)) \
+                or not 0 <= self.temperature <= 100:
+            raise ValueError(f"temperature={self.temperature!r} must be a number in [0, 100]")
+        check_int("max_new_tokens", self.max_new_tokens, 1, 1 << 16)
+        check_int("min_prompts", self.min_prompts, 1, 4096)
+        if self.max_batch_tokens is not None:
+            check_int("max_batch_tokens", self.max_batch_tokens, 1)
+        lo, hi = self.long_context_tokens
+        if not 1 <= lo <= hi:
+            raise ValueError(f"long_context_tokens={self.long_context_tokens!r} must be (lo, hi) with 1 <= lo <= hi")
+        if self.time_budget_s is not None and not self.time_budget_s > 0:
+            raise ValueError(f"time_budget_s={self.time_budget_s!r} must be > 0 (or None for no budget)")
+
+    def num_prompts(self, concurrency: int) -> int:
+        """Prompts a cell at ``concurrency`` decodes: whole batches, at least ``min_prompts``."""
+        return concurrency * math.ceil(self.min_prompts / concurrency)
+
+
+@dataclass(frozen=True)
+class Cell:
+    workload: str
+    method: str
+    k: int  # 0 for baseline
+    concurrency: int
+
+
+def plan_cells(cfg: SweepConfig) -> list[Cell]:
+    """Every cell in run order: the main grid first, then the extra K values.
+
+    Each (workload, c) column holds all methods and K values next to each other, so a run
+    cut short by the time budget loses whole columns (and the extra K values first), never
+    one method of a comparison.
+
+    >>> cells = plan_cells(SweepConfig(ks=(3,), extra_ks=(), concurrencies=(4, 1), workloads=("chat",)))
+    >>> [(c.concurrency, c.method, c.k) for c in cells]
+    [(1, 'baseline', 0), (1, 'eagle3', 3), (1, 'peagle', 3), (4, 'baseline', 0), (4, 'eagle3', 3), (4, 'peagle', 3)]
+    """
+    spec = [m for m in cfg.methods if m != "baseline"]
+    ks = tuple(dict.fromkeys(cfg.ks))
+    cells = [Cell(w, m, k, c) for w in cfg.workloads for c in sorted(set(cfg.concurrencies)) for m in cfg.methods
+             for k in ((0,) if m == "baseline" else ks)]
+    extra = [k for k in dict.fromkeys(cfg.extra_ks) if k not in ks]
+    cells += [Cell(w, m, k, c) for w in cfg.workloads for c in sorted(set(cfg.extra_ks_at)) for m in spec
+              for k in extra]
+    return cells
+
+
+def _reserve(engine: SpecDecoder, concurrency: int, max_len: int) -> None:
+    # SpecDecoder grows its caches on demand and drops its CUDA graphs when it does; sizing
+    # them once for the largest cell keeps that out of every timed pass. (A public
+    # SpecDecoder.reserve() would make this call unnecessary.)
+    engine._caches(concurrency, max_len)
+
+
+def _median(xs) -> float:
+    xs = list(xs)
+    return statistics.median(xs) if xs else 0.0
+
+
+def cell_row(cell: Cell, results: list[GenerationResult], cfg: SweepConfig) -> BenchRow:
+    """Aggregate the timed ``generate`` results of one cell (all its batches) into a row."""
+    ms = [r.metrics for r in results]
+    steps = [s for r in results for s in r.trace]
+    drafted = [s for s in steps if s.drafter_forwards]  # the last step of a batch drafts nothing
+    out = sum(m.output_tokens for m in ms)
+    wall = sum(m.prefill_s + m.decode_s for m in ms)
+    decode = sum(m.decode_s for m in ms)
+    per_request = sum(m.output_tokens / m.num_requests - 1 for m in ms)
+    drafts, acc = sum(m.num_drafts for m in ms), sum(m.num_accepted_tokens for m in ms)
+    pos = [sum(col) for col in zip(*(m.accepted_per_position for m in ms))] if cell.k else []
+    num_steps = sum(m.num_steps for m in ms)
+    return BenchRow(
+        method=cell.method, k=cell.k, concurrency=cell.concurrency, workload=cell.workload,
+        temperature=float(cfg.temperature), tps=out / wall if wall > 0 else 0.0,
+        tpot_ms=1000.0 * decode / per_request if per_request > 0 else 0.0,
+        acceptance_length=1.0 + acc / drafts if drafts else 1.0,
+        per_position_acceptance=[a / drafts for a in pos] if drafts else [],
+        num_drafts=drafts, num_accepted_tokens=acc,
+        verify_ms=_median(s.verify_ms for s in steps),
+        prep_ms=_median(s.prep_ms for s in drafted), draft_ms=_median(s.draft_ms for s in drafted),
+        output_tokens=out, source="peagle_lab", num_prompts=sum(m.num_requests for m in ms),
+        max_new_tokens=cfg.max_new_tokens, num_steps=num_steps,
+        step_ms=1000.0 * decode / num_steps if num_steps else None,
+        prefill_ms=1000.0 * sum(m.prefill_s for m in ms) / len(ms))
+
+
+def measure_cell(engine: SpecDecoder, cell: Cell, prompts: list[Prompt],
+                 cfg: SweepConfig) -> tuple[BenchRow, list[list[int]]]:
+    """Warm up, then time one cell; returns its row and the new tokens of every request."""
+    c = cell.concurrency
+    ids = [list(p.token_ids) for p in prompts[: cfg.num_prompts(c)]]
+    batches = [ids[i: i + c] for i in range(0, len(ids), c)]
+    eos = () if cfg.ignore_eos else None
+    # Speculative methods capture a drafter graph per prefill length, so warm every batch;
+    # plain decoding only needs the decode-step graph of shape [c, 1].
+    for batch in batches if cell.k else batches[:1]:
+        engine.generate(batch, max_new_tokens=min(2 * cell.k + 4, cfg.max_new_tokens), eos_token_ids=eos)
+    results = [engine.generate(b, max_new_tokens=cfg.max_new_tokens, eos_token_ids=eos) for b in batches]
+    return cell_row(cell, results, cfg), [t for r in results for t in r.tokens]
+
+
+def agreement(ours: list[list[int]], theirs: list[list[int]]) -> float:
+    """Share of tokens generated before the first divergence, over all requests.
+
+    >>> agreement([[1, 2, 3, 4]], [[1, 2, 9, 4]])
+    0.5
+    """
+    same = total = 0
+    for a, b in zip(ours, theirs):
+        n = min(len(a), len(b))
+        first = next((i for i in range(n) if a[i] != b[i]), n)
+        same, total = same + first, total + max(len(a), len(b))
+    return same / total if total else 0.0
+
+
+def _free(device: torch.device, collect: bool = False) -> None:
+    """Return cached device memory between cells (an engine holds no reference cycles, so
+    dropping it frees its caches and graph pools; a full ``gc.collect`` costs ~0.1–0.5 s
+    and runs only after an out-of-memory error)."""
+    if collect:
+        gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+def _label(cell: Cell) -> str:
+    return f"{cell.workload} {cell.method}{f' K={cell.k}' if cell.k else ''} c={cell.concurrency}"
+
+
+class _Progress:
+    """A tqdm bar on a terminal; one log line per cell otherwise (logs of remote runs)."""
+
+    def __init__(self, total: int, enabled: bool, log) -> None:
+        from tqdm.auto import tqdm
+
+        self.tty = enabled and sys.stderr.isatty()
+        self.bar = tqdm(total=total, desc="bench", unit="cell", disable=not self.tty)
+        self.enabled, self.log, self.done, self.total = enabled, log, 0, total
+
+    def step(self, label: str, note: str) -> None:
+        self.done += 1
+        self.bar.update(1)
+        self.bar.set_postfix_str(f"{label}: {note}")
+        if self.enabled and not self.tty:
+            self.log(f"[{self.done}/{self.total}] {label}: {note}")
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+def load_prompts(cfg: SweepConfig, tokenizer, max_positions: int, cells: list[Cell]) -> dict[str, list[Prompt]]:
+    """The prompts every workload needs, sized for the largest cell (and the reference)."""
+    ks = [c.k for c in cells] or [0]
+    limit = max_positions - cfg.max_new_tokens - max(ks) - 1
+    out = {}
+    for w in cfg.workloads:
+        cs = [c.concurrency for c in cells if c.workload == w]
+        if cfg.reference and w in cfg.reference_workloads:
+            cs += list(cfg.reference_concurrency)
+        n = max(cfg.num_prompts(c) for c in cs or [1])
+        out[w] = load_workload(w, n, cfg.seed, tokenizer, max_prompt_tokens=limit,
+                               long_context_tokens=cfg.long_context_tokens)
+    return out
+
+
+def run_sweep(target, tokenizer, drafters: dict, cfg: SweepConfig, *, run_info: dict, extra_config: dict | None = None,
+              reference_folder=None, progress: bool = True, on_update=None, log=print) -> BenchResult:
+    """Measure every planned cell (and the transformers reference) and return the result.
+
+    Args:
+        target: the target ``LlamaModel`` (its device and dtype are used throughout).
+        tokenizer: its tokenizer (chat template), or a ``HashTokenizer`` for tiny models.
+        drafters: ``{"eagle3": Drafter, "peagle": Drafter}`` for the methods swept.
+        run_info: ``peagle_lab.provenance.run_info(...)`` of this run.
+        extra_config: more config to record (model, heads and where they came from, dtype).
+        reference_folder: HF folder of the same weights for transformers; None skips it.
+        on_update: called with the partial result after every cell (to save it as it grows).
+
+    Raises:
+        ValueError: a method without its drafter, or a workload that cannot be built.
+    """
+    missing = [m for m in cfg.methods if m != "baseline" and m not in drafters]
+    if missing:
+        raise ValueError(f"no drafter given for {', '.join(missing)}")
+    t0 = time.monotonic()
+    cells = plan_cells(cfg)
+    prompts = load_prompts(cfg, tokenizer, target.config.max_position_embeddings, cells)
+    config = {**asdict(cfg), **(extra_config or {}), "prompts": {
+        w: {"num": len(ps), "min_tokens": min(p.num_tokens for p in ps), "max_tokens": max(p.num_tokens for p in ps),
+            "mean_tokens": round(statistics.mean(p.num_tokens for p in ps), 1), "ids": [p.id for p in ps]}
+        for w, ps in prompts.items()}}
+    result = BenchResult(run_info, config)
+    ref_cells = [(w, c) for w in cfg.workloads if w in cfg.reference_workloads for c in cfg.reference_concurrency] \
+        if cfg.reference and reference_folder is not None else []
+    bar = _Progress(len(cells) + len(ref_cells), progress, log)
+    baseline_tokens: dict[tuple, list[list[int]]] = {}
+    ref_tokens: dict[tuple, list[list[int]]] = {}
+
+    def skip(cell: Cell, reason: str, source: str = "peagle_lab") -> None:
+        result.skipped.append(SkippedCell(cell.workload, cell.method, cell.k, cell.concurrency,
+                                          float(cfg.temperature), reason, source))
+        bar.step(_label(cell), f"skipped ({reason})")
+
+    if ref_cells:
+        from .reference import measure_reference
+
+        try:
+            rows, ref_tokens = measure_reference(reference_folder, {w: prompts[w] for w, _ in ref_cells},
+                                                 cfg, device=target.device, dtype=target.dtype)
+        except Exception as e:  # the reference must not sink the sweep; say why it is missing
+            for w, c in ref_cells:
+                skip(Cell(w, "baseline", 0, c), f"transformers reference failed: {type(e).__name__}: {e}",
+                     "transformers")
+        else:
+            for r in rows:
+                result.rows.append(r)
+                bar.step(f"{r.workload} transformers c={r.concurrency}", f"{r.tps:.1f} tok/s")
+        _free(target.device)
+
+    for cell in cells:
+        w, method, k, c = cell.workload, cell.method, cell.k, cell.concurrency
+        used = prompts[w][: cfg.num_prompts(c)]
+        need = max(p.num_tokens for p in used) + cfg.max_new_tokens + k + 1
+        if cfg.max_batch_tokens and c * need > cfg.max_batch_tokens:
+            skip(cell, f"c*max_len = {c * need} > max_batch_tokens {cfg.max_batch_tokens}")
+            continue
+        if cfg.time_budget_s is not None and time.monotonic() - t0 > cfg.time_budget_s:
+            skip(cell, f"time budget of {cfg.time_budget_s:.0f} s used up")
+            continue
+        t_cell = time.monotonic()
+        # One engine per cell: its CUDA graphs are per shape (so per c) anyway, and dropping
+        # the engine frees the memory pools of the graphs it captured.
+        spec = SpecConfig(method=method, num_speculative_tokens=max(k, 1), temperature=cfg.temperature,
+                          max_new_tokens=cfg.max_new_tokens, seed=cfg.seed, cuda_graphs=cfg.cuda_graphs,
+                          kernel_backend=cfg.kernel_backend)
+        engine = SpecDecoder(target, drafters.get(method), spec)
+        try:
+            _reserve(engine, c, need)
+            row, tokens = measure_cell(engine, cell, prompts[w], cfg)
+        except torch.OutOfMemoryError as e:
+            row, oom = None, f"out of memory: {str(e).splitlines()[0][:160]}"
+        del engine
+        _free(target.device, collect=row is None)
+        if row is None:
+            skip(cell, oom)
+            continue
+        result.rows.append(row)
+        if method == "baseline":
+            baseline_tokens[(w, c)] = tokens
+        bar.step(_label(cell), f"{row.tps:.1f} tok/s, AL {row.acceptance_length:.2f}, {time.monotonic() - t_cell:.1f} s")
+        if on_update:
+            on_update(result)
+
+    if cfg.temperature == 0:
+        for r in result.rows:
+            key = (r.workload, r.concurrency)
+            if r.source == "transformers" and key in baseline_tokens and key in ref_tokens:
+                r.agreement = agreement(baseline_tokens[key], ref_tokens[key])
+    bar.close()
+    result.config["wall_s"] = round(time.monotonic() - t0, 1)
+    if on_update:
+        on_update(result)
+    return result

@@ -1,0 +1,129 @@
+"""The sweep: planning, aggregation, skipping rules, and a tiny end-to-end run of the CLI."""
+from __future__ import annotations
+
+import csv
+import json
+import sys
+
+import pytest
+
+from peagle_lab.bench.cli import main as bench_main
+from peagle_lab.bench.schema import read_json
+from peagle_lab.bench.sweep import Cell, SweepConfig, cell_row, plan_cells, run_sweep
+from peagle_lab.bench.workloads import HashTokenizer, load_workload
+from peagle_lab.engine import GenerationResult, Metrics, StepTrace
+from peagle_lab.testing import tiny_drafter, tiny_target
+
+RUN_INFO = {"device": "test", "torch": "x", "command": "x", "commit": None, "date": "x"}
+
+
+def test_full_plan_is_the_issue_grid():
+    cfg = SweepConfig()
+    cells = plan_cells(cfg)
+    main = 3 * 7 * (1 + 3 + 3)  # workloads × c × (baseline + EAGLE-3 K∈{3,5,7} + P-EAGLE K∈{3,5,7})
+    extra = 3 * 2 * 2 * 5  # workloads × c∈{1,64} × methods × K∈{1,2,4,6,8}
+    assert len(cells) == len(set(cells)) == main + extra
+    assert cells[0] == Cell("chat", "baseline", 0, 1) and cells[main].k == 1
+    assert {c.k for c in cells} == {0, *range(1, 9)}
+
+
+def test_prompts_per_cell_are_whole_batches():
+    cfg = SweepConfig(min_prompts=4)
+    assert [cfg.num_prompts(c) for c in (1, 2, 3, 4, 8, 64)] == [4, 4, 6, 4, 8, 64]
+
+
+@pytest.mark.parametrize("kw, message", [
+    (dict(methods=("medusa",)), "methods"), (dict(ks=(0,)), "K"), (dict(ks=()), "ks is empty"),
+    (dict(concurrencies=()), "concurrencies"), (dict(temperature=-1), "temperature"),
+    (dict(max_new_tokens=0), "max_new_tokens"), (dict(long_context_tokens=(10, 5)), "long_context_tokens"),
+    (dict(time_budget_s=0), "time_budget_s"), (dict(workloads=("poems",)), "workloads"),
+])
+def test_bad_configs_raise_value_errors(kw, message):
+    with pytest.raises(ValueError, match=message):
+        SweepConfig(**kw)
+
+
+def _result(tokens_per_request, steps, drafts, accepted, per_pos, prefill_s, decode_s, c=2):
+    m = Metrics("peagle", 3, c, len(steps), drafts, drafts * 3, accepted, per_pos, tokens_per_request * c,
+                prefill_s, decode_s)
+    return GenerationResult([[0] * tokens_per_request] * c, m, steps)
+
+
+def test_cell_row_aggregates_batches_and_takes_medians_of_drafting_steps():
+    s = lambda v, p, d, f=1: StepTrace(0, v, p, d, (0,), f)  # noqa: E731
+    a = _result(9, [s(3.0, 0.4, 0.5), s(5.0, 0.6, 0.7), s(4.0, 0.0, 0.0, f=0)], 4, 4, (3, 1, 0), 0.01, 0.03)
+    b = _result(9, [s(4.0, 0.5, 0.6), s(4.0, 0.0, 0.0, f=0)], 2, 2, (1, 1, 0), 0.01, 0.02)
+    row = cell_row(Cell("chat", "peagle", 3, 2), [a, b], SweepConfig(max_new_tokens=9))
+    assert row.output_tokens == 36 and row.num_prompts == 4 and row.num_steps == 5
+    assert row.tps == pytest.approx(36 / 0.07)
+    assert row.tpot_ms == pytest.approx(1000 * 0.05 / 16)  # 8 decode tokens per request per batch
+    assert row.acceptance_length == pytest.approx(1 + 6 / 6)
+    assert row.per_position_acceptance == pytest.approx([4 / 6, 2 / 6, 0.0])
+    assert row.verify_ms == 4.0  # median of all steps
+    assert (row.prep_ms, row.draft_ms) == (0.5, 0.6)  # last steps draft nothing and are left out
+
+
+def _tiny():
+    target = tiny_target()
+    return target, HashTokenizer(target.config.vocab_size), {m: tiny_drafter(target, m) for m in ("eagle3", "peagle")}
+
+
+# The draft-batch kernels have their own parity tests; interpreting them here only costs time.
+TORCH_KERNELS = ["--kernel-backend", "torch"]
+
+
+def test_cells_over_the_budgets_are_skipped_with_reasons():
+    target, tok, drafters = _tiny()
+    need = max(p.num_tokens for p in load_workload("chat", 2, 0, tok)) + 4 + 2 + 1  # prompt + new + K + 1
+    cfg = SweepConfig(workloads=("chat",), ks=(2,), extra_ks=(), concurrencies=(1, 2), max_new_tokens=4,
+                      min_prompts=2, reference=False, max_batch_tokens=need, kernel_backend="torch")
+    res = run_sweep(target, tok, drafters, cfg, run_info=RUN_INFO, progress=False)
+    assert {r.concurrency for r in res.rows} == {1}  # c=2 needs twice the KV block
+    assert {s.concurrency for s in res.skipped} == {2} and "max_batch_tokens" in res.skipped[0].reason
+    cfg = SweepConfig(workloads=("chat",), ks=(2,), extra_ks=(), concurrencies=(1,), max_new_tokens=4,
+                      reference=False, time_budget_s=1e-9, kernel_backend="torch")
+    res = run_sweep(target, tok, drafters, cfg, run_info=RUN_INFO, progress=False)
+    assert not res.rows and len(res.skipped) == 3 and "time budget" in res.skipped[0].reason
+
+
+def test_tiny_end_to_end_writes_json_csv_html_with_every_cell(tmp_path, capsys):
+    out = tmp_path / "bench"
+    assert bench_main(["--tiny", "--out", str(out), "--no-progress", *TORCH_KERNELS]) == 0
+    res = read_json(out / "bench.json")
+    planned = plan_cells(SweepConfig(workloads=("chat", "code", "long"), concurrencies=(1, 2), ks=(2,),
+                                     extra_ks=(3,), extra_ks_at=(2,)))
+    ours = {(r.workload, r.method, r.k, r.concurrency) for r in res.rows if r.source == "peagle_lab"}
+    assert ours == {(c.workload, c.method, c.k, c.concurrency) for c in planned} and not res.skipped
+    refs = [r for r in res.rows if r.source == "transformers"]
+    assert {(r.workload, r.concurrency) for r in refs} == {("chat", 1), ("code", 1)}
+    assert all(r.agreement == 1.0 for r in refs)  # float32 on the CPU: the same greedy tokens as ours
+    assert all(r.output_tokens == r.num_prompts * 8 for r in res.rows)  # fixed length: EOS ignored
+    assert res.run_info["command"].startswith("python -m peagle_lab.bench.cli --tiny")
+    assert res.config["kernel_backend"] == "torch"
+    assert res.config["heads"] == {"eagle3": "random (tiny)", "peagle": "random (tiny)"}
+    with open(out / "bench.csv") as f:
+        assert len(list(csv.DictReader(f))) == len(res.rows)
+    html = (out / "report.html").read_text()
+    assert "<script src='plotly.min.js'>" in html and "Goals" in html and html.count("plotly-graph-div") >= 9
+    assert (out / "plotly.min.js").stat().st_size > 1_000_000
+    printed = capsys.readouterr().out
+    assert "P-EAGLE tok/s" in printed and "reference: transformers static cache, chat, c=1" in printed
+    json.loads((out / "bench.json").read_text())  # plain JSON, readable without peagle_lab
+
+
+def test_the_sweep_runs_without_plotly(tmp_path, capsys, monkeypatch):
+    """The H200 image has no plotly: JSON and CSV are written, the HTML is left for later."""
+    monkeypatch.setitem(sys.modules, "plotly", None)
+    monkeypatch.delitem(sys.modules, "peagle_lab.viz", raising=False)
+    out = tmp_path / "bench"
+    argv = ["--tiny", "--workloads", "chat", "-c", "1", "--extra-k", "--no-reference", "--out", str(out),
+            *TORCH_KERNELS]
+    assert bench_main(argv) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["bench.csv", "bench.json"]
+    assert "plotly is not installed" in capsys.readouterr().out
+
+
+def test_cli_reports_bad_flags_in_one_line(tmp_path, capsys):
+    assert bench_main(["--tiny", "-k", "0", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("bench: error:") and "K=0" in err and err.count("\n") == 1
