@@ -1,0 +1,157 @@
+"""Held-out evaluation with the real engine, and the model card of a trained head.
+
+Acceptance length (AL) and per-position acceptance come from ``SpecDecoder`` itself, at
+temperature 0, on held-out prompts: the numbers a user will see when serving the head,
+not a proxy computed from training logits. The drafter runs in the target's dtype, like
+at inference.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import time
+from dataclasses import asdict, dataclass
+
+import torch
+
+from ..config import SpecConfig
+from ..engine import SpecDecoder
+
+
+@dataclass(frozen=True)
+class AcceptanceReport:
+    """What the engine measured for one head at one K on the held-out prompts."""
+
+    method: str
+    k: int
+    acceptance_length: float  # 1 + accepted / drafts (counts the bonus token)
+    per_position_acceptance: tuple[float, ...]  # accepted at position i / drafts (vLLM's, unconditional)
+    num_prompts: int
+    num_drafts: int
+    output_tokens: int
+    tps: float  # output tokens per second (prefill included) on this device
+    wall_s: float
+
+
+def heldout_prompts(examples, limit: int) -> list[list[int]]:
+    """The prompt ids of the first ``limit`` distinct held-out prompts, in split order."""
+    prompts, seen = [], set()
+    for e in examples:
+        if e.prompt not in seen and len(prompts) < limit:
+            seen.add(e.prompt)
+            prompts.append(e.prompt_ids)
+    return prompts
+
+
+def eval_drafter(drafter, target):
+    """A copy of ``drafter`` in the target's dtype and device, with the target's embeddings."""
+    d = copy.deepcopy(drafter).to(device=target.device, dtype=target.dtype).eval()
+    return d.attach_embeddings(target.embed_tokens.weight)
+
+
+def evaluate_acceptance(target, drafter, prompts: list[list[int]], ks=(3, 5, 7), max_new_tokens: int = 128,
+                        concurrency: int = 64, temperature: float = 0.0) -> list[AcceptanceReport]:
+    """Decode ``prompts`` with ``drafter`` at every K in ``ks`` and report acceptance.
+
+    Args:
+        target / drafter: the models (the drafter is copied into the target's dtype).
+        prompts: held-out prompt token ids (chat-formatted, generation prompt included).
+        ks: draft lengths to measure.
+        concurrency: requests decoded together.
+
+    Raises:
+        ValueError: no prompts.
+    """
+    if not prompts:
+        raise ValueError("evaluate_acceptance needs at least one prompt")
+    d = eval_drafter(drafter, target)
+    reports = []
+    for k in ks:
+        drafts = accepted = out_tokens = 0
+        per_pos = torch.zeros(k)
+        t0 = time.perf_counter()
+        busy = 0.0
+        for start in range(0, len(prompts), concurrency):
+            cfg = SpecConfig(method=d.config.method, num_speculative_tokens=k, temperature=temperature,
+                             max_new_tokens=max_new_tokens)
+            m = SpecDecoder(target, d, cfg).generate(prompts[start:start + concurrency]).metrics
+            drafts += m.num_drafts
+            accepted += m.num_accepted_tokens
+            out_tokens += m.output_tokens
+            per_pos += torch.tensor(m.accepted_per_position, dtype=torch.float)
+            busy += m.prefill_s + m.decode_s
+        reports.append(AcceptanceReport(
+            d.config.method, k, 1.0 + accepted / drafts if drafts else 1.0,
+            tuple((per_pos / max(drafts, 1)).tolist()), len(prompts), drafts, out_tokens,
+            out_tokens / busy if busy > 0 else 0.0, time.perf_counter() - t0))
+    return reports
+
+
+def reports_table(reports: list[AcceptanceReport]) -> str:
+    """Markdown table: K, AL and per-position acceptance."""
+    width = max(r.k for r in reports)
+    head = "| K | AL | " + " | ".join(f"p{i + 1}" for i in range(width)) + " | TPS |"
+    rows = [head, "|" + "---|" * (width + 3)]
+    for r in reports:
+        cells = [f"{a:.3f}" for a in r.per_position_acceptance] + [""] * (width - r.k)
+        rows.append(f"| {r.k} | {r.acceptance_length:.3f} | " + " | ".join(cells) + f" | {r.tps:.0f} |")
+    return "\n".join(rows)
+
+
+def model_card(summary: dict, reports: list[AcceptanceReport], data_card: dict | None = None) -> str:
+    """The README.md of a trained head: what it is, its data, training and measured acceptance.
+
+    Args:
+        summary: the run's ``summary.json`` (config, steps, wall time, losses; written by the CLI).
+        reports: held-out acceptance at each K.
+        data_card: the data folder's card, if the head was trained on synthesised data.
+    """
+    get, cfg = summary.get, summary.get("config", {})
+    method = cfg.get("method", "?")
+    nan = float("nan")
+    budget = cfg.get("time_budget_s")
+    steps = f"{get('steps', '?')} steps " + (f"(a {budget:.0f} s time budget; the cosine followed the clock)"
+                                             if budget else f"of {cfg.get('steps', '?')} planned")
+    depth = (f"K_train {cfg.get('k_train')} depths, COD r = {cfg.get('cod_ratio')}, "
+             f"r_min = {cfg.get('cod_ratio_min')}, {cfg.get('segments')} segment(s) per sequence" if method == "peagle"
+             else f"training-time test: {cfg.get('k_train')} unrolled steps")
+    lines = [
+        f"# {'P-EAGLE' if method == 'peagle' else 'EAGLE-3'} head for {get('target', 'the target')} "
+        f"({get('num_hidden_layers', '?')} layer(s))", "",
+        f"Trained with peagle_lab (`peagle-lab train --method {method}`), speculators format. Draft vocabulary "
+        f"{get('draft_vocab_size', '?')} tokens (covers {100 * get('vocab_coverage', 0):.1f}% of training assistant "
+        "tokens).", "",
+        "## Training", "",
+        f"- {steps}; wall time {get('wall_s', 0):.0f} s on {get('device', '?')} (torch {get('torch', '?')})",
+        f"- batch {cfg.get('batch_size')} sequences ≤ {cfg.get('max_seq_len')} tokens, lr {cfg.get('lr')}, "
+        f"warm-up {cfg.get('warmup_steps')} + cosine, seed {cfg.get('seed')}",
+        f"- {depth}",
+        f"- loss (soft cross-entropy vs the target, draft vocabulary): first {get('first_loss', nan):.3f}, last "
+        f"{get('last_loss', nan):.3f} (mean of the last 20 steps); held-out {get('heldout_loss') or nan:.3f}",
+        "- per-depth top-1 agreement with the target at the end: "
+        + ", ".join(f"{a:.2f}" for a in get("depth_acc", [])), ""]
+    if data_card:
+        train, held = data_card.get("splits", {}).get("train", {}), data_card.get("splits", {}).get("heldout", {})
+        lines += ["## Data", "",
+                  f"Self-distilled from the target: {train.get('examples', '?')} training sequences "
+                  f"({train.get('tokens', '?')} tokens) for Magpie-style prompts sampled from the target and coding "
+                  "prompts built from Python standard-library docstrings, with responses generated by the target "
+                  f"(greedy and sampled). Held out: {held.get('prompts', '?')} prompts. "
+                  f"Seed {data_card.get('seed', '?')}.", ""]
+    if reports:
+        r0, base = reports[0], get("baseline_tps")
+        lines += ["## Held-out acceptance (temperature 0, the real engine)", "",
+                  f"{r0.num_prompts} held-out prompts, {r0.output_tokens / max(r0.num_prompts, 1):.0f} new tokens "
+                  f"each on average, {get('eval_concurrency', '?')} decoded together, on "
+                  f"{get('eval_device', get('device', '?'))}. TPS includes prefill and CUDA-graph capture: a sanity "
+                  "check, not a benchmark (see `peagle-lab bench`)"
+                  + (f"; plain decoding ran at {base:.0f} tok/s." if base else "."), "", reports_table(reports), ""]
+    commands = [get("command", "peagle-lab train ...")] + ([get("eval_command")] if get("eval_command") else [])
+    lines += ["## Reproduce", "", "```", *commands, "```", "", "<details><summary>summary.json</summary>", "",
+              "```json", json.dumps(summary, indent=2, default=str), "```", "</details>", ""]
+    return "\n".join(lines)
+
+
+def reports_to_json(reports: list[AcceptanceReport]) -> list[dict]:
+    """Reports as plain dicts (logs, summaries, callbacks)."""
+    return [asdict(r) for r in reports]

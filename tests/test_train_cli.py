@@ -1,0 +1,105 @@
+"""The CLI: a smoke run that is killed mid-way resumes to the very same head."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from peagle_lab.config import SpecConfig
+from peagle_lab.engine import SpecDecoder
+from peagle_lab.models.heads import load_head
+from peagle_lab.testing import tiny_target
+from peagle_lab.train.cli import main
+
+STEPS = 60
+ARGS = ["train", "--tiny", "--method", "peagle", "--steps", str(STEPS), "--ckpt-every", "5", "--batch-size", "8",
+        "--k-train", "4", "--draft-vocab-size", "64", "--tiny-examples", "48", "--lr", "3e-3", "--no-eval",
+        "--no-progress", "--log-every", "1"]
+ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
+
+
+def cli(*extra) -> list[str]:
+    return [sys.executable, "-m", "peagle_lab.train.cli", *ARGS, *extra]
+
+
+def steps_in_log(run) -> list[int]:
+    return [r["step"] for r in map(json.loads, (run / "log.jsonl").read_text().splitlines()) if "loss" in r]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("cli")
+    full, killed = root / "full", root / "killed"
+    subprocess.run(cli("--out", str(full)), check=True, env=ENV, capture_output=True, timeout=300)
+
+    proc = subprocess.Popen(cli("--out", str(killed)), env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while not (killed / "checkpoints" / "latest.json").exists():
+        assert proc.poll() is None and time.monotonic() < deadline, "the run ended before its first checkpoint"
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGKILL)  # no clean-up code runs: a real crash
+    proc.wait(timeout=30)
+    at_kill = steps_in_log(killed)
+    saved = json.loads((killed / "checkpoints" / "latest.json").read_text())["step"]
+    resumed = subprocess.run(cli("--out", str(killed), "--resume"), env=ENV, capture_output=True, text=True,
+                             timeout=300)
+    return full, killed, proc.returncode, at_kill, saved, resumed
+
+
+def test_killed_run_resumes_from_its_checkpoint_to_the_same_head(runs):
+    full, killed, rc, at_kill, saved, resumed = runs
+    assert rc == -signal.SIGKILL and max(at_kill) < STEPS  # it really died mid-way
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    log = [json.loads(line) for line in (killed / "log.jsonl").read_text().splitlines()]
+    assert {"event": "resume", "step": saved, "from": f"step-{saved:07d}"} in log
+    assert steps_in_log(killed) == list(range(1, STEPS + 1))  # no step lost or repeated
+    assert json.loads((killed / "summary.json").read_text())["steps"] == STEPS
+    # On a CPU the continuation is bitwise identical: same data order, COD draws, optimiser state.
+    a, b = load_file(str(full / "head" / "model.safetensors")), load_file(str(killed / "head" / "model.safetensors"))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    full_summary = json.loads((full / "summary.json").read_text())
+    assert full_summary["last_loss"] == json.loads((killed / "summary.json").read_text())["last_loss"]
+    assert full_summary["last_loss"] < full_summary["first_loss"]
+
+
+def test_trained_head_loads_and_decodes_losslessly(runs):
+    full = runs[0]
+    target = tiny_target(seed=0)
+    drafter = load_head(full / "head", target)
+    prompts = [[5, 6, 7, 8], [40, 41, 3], [9] * 6]
+    base = SpecDecoder(target, None, SpecConfig(method="baseline", max_new_tokens=20)).generate(prompts).tokens
+    spec = SpecDecoder(target, drafter, SpecConfig(method="peagle", num_speculative_tokens=4, max_new_tokens=20))
+    assert spec.generate(prompts).tokens == base
+    assert "P-EAGLE head" in (full / "head" / "README.md").read_text()
+
+
+def test_errors_are_reported_not_raised(tmp_path, capsys):
+    assert main(["train", "--method", "eagle3", "--out", str(tmp_path), "--no-progress"]) == 2
+    assert "--data is required" in capsys.readouterr().err
+    assert main(["train", "--tiny", "--method", "eagle3", "--out", str(tmp_path), "--steps", "0"]) == 2
+    assert "steps=0" in capsys.readouterr().err
+
+
+def test_eval_exports_a_bf16_head_with_its_card(runs, tmp_path):
+    full = runs[0]
+    common = ["--tiny", "--no-progress"]
+    assert main(["data", "--out", str(tmp_path / "data"), "--num-magpie", "16", "--max-code-prompts", "16",
+                 "--response-max-tokens", "8", "--concurrency", "16", "--heldout-fraction", "0.3", *common]) == 0
+    assert main(["eval", "--run", str(full), "--data", str(tmp_path / "data"), "--export", str(tmp_path / "heads"),
+                 "--eval-ks", "2,4", "--eval-prompts", "3", "--eval-max-new-tokens", "8", *common]) == 0
+    head = tmp_path / "heads" / full.name
+    summary = json.loads((head / "summary.json").read_text())
+    assert [r["k"] for r in summary["acceptance"]] == [2, 4] and summary["heldout_loss"] > 0
+    tensors = load_file(str(head / "model.safetensors"))
+    assert all(t.dtype in (torch.bfloat16, torch.long, torch.bool) for t in tensors.values())  # shipped in bf16
+    card = (head / "README.md").read_text()
+    assert "| K | AL |" in card and "python -m peagle_lab.train.cli eval" in card
+    drafter = load_head(head, tiny_target(seed=0))  # loads back and fits the target
+    assert drafter.config.method == "peagle"
