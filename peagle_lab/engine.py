@@ -246,6 +246,7 @@ class SpecDecoder:
         if key not in self._graphs.graphs:
             static = [a.clone() for a in args]
             g_prep, batch = _capture(lambda: prep(*static))
+            g_prep.replay()  # captured outputs hold nothing until a replay; the draft warm-up reads them
             plain = lambda cache, *a: run_drafter(self.drafter, cache, *a)  # noqa: E731
             g_draft, res = _capture(lambda: draft(batch, plain))
             self._graphs.graphs[key] = (g_prep, g_draft, static, res)
