@@ -77,7 +77,8 @@ def config_from_head_dict(d: dict, source: str) -> DrafterConfig:
                               "expected 'eagle3' or 'peagle'")
     try:
         H = d.get("target_hidden_size") or layer["hidden_size"]
-        n_layers = d.get("num_hidden_layers", layer.get("num_hidden_layers", 1))
+        # vLLM sizes a speculators head from transformer_layer_config (the flat layout: the top level).
+        n_layers = layer.get("num_hidden_layers", d.get("num_hidden_layers", 1))
         nh = layer["num_attention_heads"]
         kw = dict(
             method=method, num_hidden_layers=n_layers, hidden_size=H, num_attention_heads=nh,
@@ -87,7 +88,8 @@ def config_from_head_dict(d: dict, source: str) -> DrafterConfig:
             rope_scaling=layer.get("rope_scaling"),
             max_position_embeddings=layer.get("max_position_embeddings", 4096),
             vocab_size=layer["vocab_size"], draft_vocab_size=d.get("draft_vocab_size", layer["vocab_size"]),
-            norm_before_residual=bool(d.get("norm_before_residual", False)),
+            # vLLM's default when the key is absent: True for speculators eagle3 configs, else False.
+            norm_before_residual=bool(d.get("norm_before_residual", d.get("speculators_model_type") == "eagle3")),
             mask_token_id=_mask_token_id(d) if method == "peagle" else None,
             target_model_type=_model_type_of(d),
         )
@@ -103,11 +105,21 @@ def config_from_head_dict(d: dict, source: str) -> DrafterConfig:
 
 
 def _mask_token_id(d: dict) -> int | None:
-    for key in ("mask_token_id", "pard_token", "ptd_token_id", "dspark_noise_token_id"):
+    """The mask-token id as vLLM resolves it (None: an EAGLE-3 head).
+
+    A speculators config carries it as the top-level ``mask_token_id``; a flat config in
+    vLLM's proposer order: ``dflash_config.mask_token_id``, ``mask_token_id``,
+    ``dspark_noise_token_id``, ``pard_token``, ``ptd_token_id``.
+    """
+    if d.get("speculators_model_type") is not None:
+        return None if d.get("mask_token_id") is None else int(d["mask_token_id"])
+    dflash = d.get("dflash_config") or {}
+    if isinstance(dflash, dict) and dflash.get("mask_token_id") is not None:
+        return int(dflash["mask_token_id"])
+    for key in ("mask_token_id", "dspark_noise_token_id", "pard_token", "ptd_token_id"):
         if d.get(key) is not None:
             return int(d[key])
-    dflash = d.get("dflash_config") or {}
-    return dflash.get("mask_token_id")
+    return None
 
 
 def _model_type_of(d: dict) -> str:
@@ -142,9 +154,6 @@ def save_head(drafter: Drafter, path: Path | str, *, verifier: str = "SmolLM2-13
     size = 0
     for name, t in sorted(sd.items()):
         nbytes = t.numel() * t.element_size()
-        if nbytes > SHARD_BYTES:
-            raise CheckpointError(f"tensor {name} alone is {nbytes / 2**20:.1f} MiB, over the 15 MiB shard "
-                                  "limit; use a smaller draft vocabulary or bfloat16")
         if size + nbytes > SHARD_BYTES and shards[-1]:
             shards.append({})
             size = 0
@@ -204,6 +213,9 @@ def _normalise_names(sd: dict[str, torch.Tensor], source: str) -> dict[str, torc
             name = "layers.0." + name[len("midlayer."):]
         if name == "embed_tokens.weight":
             continue  # the target's table; a learned mask row is read by load_head
+        parts = name.split(".")
+        if len(parts) == 4 and parts[0] == "layers" and parts[1] != "0" and parts[2] == "hidden_norm":
+            continue  # vLLM builds hidden_norm in every layer but only layer 0 uses it
         out[name] = v
     return out
 
