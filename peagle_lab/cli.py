@@ -83,26 +83,25 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _missing(e: ModuleNotFoundError, module: str) -> bool:
-    """True when ``module`` itself is absent (not when something inside it fails to import)."""
-    return e.name is not None and module.startswith(e.name)
-
-
 def _optional_commands(sub) -> None:
-    """Subcommands whose modules live elsewhere in the package."""
-    try:
-        from .train.cli import add_train_arguments, run_train
-    except ModuleNotFoundError as e:
-        if not _missing(e, "peagle_lab.train.cli"):
-            raise
-    else:
-        t = sub.add_parser("train", help="train an EAGLE-3 or P-EAGLE head")
-        add_train_arguments(t)
-        t.set_defaults(fn=run_train)
+    """Subcommands whose code lives in the train, bench and integrations packages."""
+    from .bench.cli import add_bench_arguments, run_bench
+    from .train.cli import (add_data_arguments, add_eval_arguments, add_train_arguments, run_data,
+                            run_eval, run_train)
+
+    for name, add, run, text in (
+        ("bench", add_bench_arguments, run_bench, "throughput sweep: baseline vs EAGLE-3 vs P-EAGLE"),
+        ("train-data", add_data_arguments, run_data, "synthesise self-distilled training data"),
+        ("train", add_train_arguments, run_train, "train an EAGLE-3 or P-EAGLE head"),
+        ("train-eval", add_eval_arguments, run_eval, "evaluate trained heads and export them"),
+    ):
+        p = sub.add_parser(name, help=text)
+        add(p)
+        p.set_defaults(fn=run)
     try:
         from .integrations.vllm import add_export_arguments, add_vllm_bench_arguments, run_export, run_vllm_bench
     except ModuleNotFoundError as e:
-        if not _missing(e, "peagle_lab.integrations.vllm"):
+        if e.name != "peagle_lab.integrations.vllm":
             raise
     else:
         e = sub.add_parser("export", help="export heads (and the target) for vLLM")
@@ -111,15 +110,6 @@ def _optional_commands(sub) -> None:
         v = sub.add_parser("vllm-bench", help="benchmark vLLM on our workloads")
         add_vllm_bench_arguments(v)
         v.set_defaults(fn=run_vllm_bench)
-    try:
-        from .bench.cli import add_bench_arguments, run_bench
-    except ModuleNotFoundError as e:
-        if not _missing(e, "peagle_lab.bench.cli"):
-            raise
-    else:
-        b = sub.add_parser("bench", help="throughput sweep: baseline vs EAGLE-3 vs P-EAGLE")
-        add_bench_arguments(b)
-        b.set_defaults(fn=run_bench)
 
 
 def main(argv: list[str] | None = None) -> int:
