@@ -101,8 +101,8 @@ def _optional_commands(sub) -> None:
     try:
         from .integrations.vllm import add_export_arguments, add_vllm_bench_arguments, run_export, run_vllm_bench
     except ModuleNotFoundError as e:
-        if e.name != "peagle_lab.integrations.vllm":
-            raise
+        if e.name not in ("peagle_lab.integrations", "peagle_lab.integrations.vllm"):
+            raise  # a real import error inside the module, not its absence
     else:
         e = sub.add_parser("export", help="export heads (and the target) for vLLM")
         add_export_arguments(e)
