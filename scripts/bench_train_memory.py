@@ -20,7 +20,6 @@ import json
 import platform
 import shlex
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -31,31 +30,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 
 from peagle_lab.config import DrafterConfig  # noqa: E402
 from peagle_lab.drafter import Drafter  # noqa: E402
+from peagle_lab.provenance import run_info  # noqa: E402
 from peagle_lab.models.llama import LlamaConfig  # noqa: E402
 from peagle_lab.train.cod import CODConfig, sample_elements  # noqa: E402
 from peagle_lab.train.partition import partition  # noqa: E402
 from peagle_lab.train.peagle import PEagleTrainConfig, peagle_step  # noqa: E402
 from peagle_lab.train.targets import TargetBatch, TokenBatch  # noqa: E402
-
-
-def versions() -> dict:
-    out = {"python": platform.python_version(), "torch": torch.__version__}
-    for name in ("triton", "transformers"):
-        try:
-            out[name] = __import__(name).__version__
-        except ImportError:
-            out[name] = None
-    return out
-
-
-def commit() -> dict:
-    root = Path(__file__).resolve().parents[1]
-    try:
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True).stdout.strip()
-        dirty = bool(subprocess.run(["git", "status", "--porcelain"], cwd=root, capture_output=True, text=True).stdout)
-        return {"sha": sha or None, "dirty": dirty}
-    except OSError:
-        return {"sha": None, "dirty": None}
 
 
 def make_batch(L: int, H: int, vd: int, vocab: int, prompt_share: float, device, g) -> TargetBatch:
@@ -131,10 +111,12 @@ def main() -> int:
         results.append(row)
         print(json.dumps(row), flush=True)
 
+    info = run_info(" ".join(["python"] + sys.argv))
     report = {
         "benchmark": "peagle_lab train memory: one P-EAGLE step on one long sequence",
         "device": torch.cuda.get_device_name(device) if cuda else platform.processor() or "cpu",
-        "versions": versions(), "commit": commit(),
+        "versions": {k: info[k] for k in ("python", "torch", "triton", "transformers")},
+        "commit": info["commit"],
         "command": shlex.join([sys.executable, *sys.argv]),
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "config": {**vars(args), "hidden_size": cfg.hidden_size, "heads": cfg.num_attention_heads,
