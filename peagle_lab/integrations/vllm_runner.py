@@ -1,0 +1,221 @@
+"""Run vLLM on a JSON spec and write what it did as JSON (runs inside vLLM's own environment).
+
+This file imports only the standard library and vLLM, so any interpreter with vLLM
+installed can run it by path, without peagle_lab installed:
+
+    VLLM_ENABLE_V1_MULTIPROCESSING=0 python vllm_runner.py spec.json result.json
+
+spec.json::
+
+    {"target": DIR, "dtype": "float32", "max_model_len": 1024, "seed": 0,
+     "prompts": [[token ids], ...], "max_tokens": 64, "temperature": 0.0,
+     "stop_token_ids": [2],
+     "runs": [{"name": "peagle-k3", "method": "peagle", "k": 3,
+               "speculative_config": {...} | null,       # null: plain decoding
+               "concurrency": [1, 8],                     # waves of c requests
+               "record_drafts": true}]}                   # log draft blocks, see below
+
+result.json: per run, per concurrency, the wall time, output tokens and vLLM's own
+spec-decode counters (deltas of ``llm.get_metrics()``), plus the engine's resolved
+``parallel_drafting`` flag. With ``record_drafts`` the proposer is wrapped (in-process
+engine only) to log every draft block it proposes, per request, and how many drafter
+forward passes each step took: one for parallel drafting, K for autoregressive EAGLE-3.
+
+The prompts of one wave are submitted together, so ``c`` requests decode concurrently
+until the wave finishes, like ``SpecDecoder.generate`` on a batch of ``c``.
+"""
+from __future__ import annotations
+
+import gc
+import json
+import os
+import platform
+import sys
+import time
+
+# Run by path, Python puts this folder first on sys.path, where our vllm.py would shadow vLLM.
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
+
+COUNTERS = {
+    "num_drafts": "vllm:spec_decode_num_drafts",
+    "num_draft_tokens": "vllm:spec_decode_num_draft_tokens",
+    "num_accepted_tokens": "vllm:spec_decode_num_accepted_tokens",
+}
+PER_POSITION = "vllm:spec_decode_num_accepted_tokens_per_pos"
+
+
+class DraftRecorder:
+    """Wraps vLLM's proposer and model runner so every draft block is logged (in-process engine only).
+
+    Rows of a ``propose`` result follow the runner's input batch, so the runner's request
+    ids are captured just before each call; the engine's ids are ``<LLM id>-<8 hex>``.
+    """
+
+    def __init__(self) -> None:
+        self.active = False
+        self.calls: list[tuple[list[str], list[list[int]]]] = []  # (request ids, [rows, K] target ids)
+        self.passes: list[int] = []  # drafter forward passes per propose call
+        self._req_ids: list[str] = []
+        self._forwards = 0
+        self._hooked: set[int] = set()
+
+    def install(self) -> bool:
+        try:
+            from vllm.v1.spec_decode.llm_base_proposer import SpecDecodeBaseProposer
+            from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+        except ImportError:  # another vLLM layout: recording is skipped, counters still work
+            return False
+        if not hasattr(GPUModelRunner, "propose_draft_token_ids"):
+            return False
+        recorder = self
+        propose, runner_propose = SpecDecodeBaseProposer.propose, GPUModelRunner.propose_draft_token_ids
+
+        def recorded_runner_propose(runner, *args, **kwargs):
+            recorder._req_ids = list(runner.input_batch.req_ids)
+            return runner_propose(runner, *args, **kwargs)
+
+        def recorded_propose(proposer, *args, **kwargs):
+            recorder._hook(proposer.model)
+            before = recorder._forwards
+            drafts = propose(proposer, *args, **kwargs)
+            if recorder.active:
+                rows = drafts.tolist()
+                recorder.calls.append((recorder._req_ids[:len(rows)], rows))
+                recorder.passes.append(recorder._forwards - before)
+            return drafts
+
+        GPUModelRunner.propose_draft_token_ids = recorded_runner_propose
+        SpecDecodeBaseProposer.propose = recorded_propose
+        return True
+
+    def _hook(self, model) -> None:
+        if id(model) not in self._hooked and hasattr(model, "register_forward_pre_hook"):
+            model.register_forward_pre_hook(self._count)
+            self._hooked.add(id(model))
+
+    def _count(self, module, args) -> None:
+        self._forwards += 1
+
+    def take(self, request_ids: list[str]) -> tuple[list[list[list[int]]], list[int]]:
+        """Draft blocks per request (in ``request_ids`` order) and passes per call; then reset."""
+        index = {r: i for i, r in enumerate(request_ids)}
+        blocks: list[list[list[int]]] = [[] for _ in request_ids]
+        for ids, rows in self.calls:
+            for rid, row in zip(ids, rows):
+                i = index.get(rid, index.get(rid.rsplit("-", 1)[0]))
+                if i is not None:
+                    blocks[i].append(row)
+        passes = self.passes
+        self.calls, self.passes = [], []
+        return blocks, passes
+
+
+def read_counters(llm) -> dict:
+    """vLLM's cumulative spec-decode counters (zeros when the engine has none)."""
+    values = {k: 0 for k in COUNTERS}
+    per_pos: dict[int, int] = {}
+    for m in llm.get_metrics():
+        for key, name in COUNTERS.items():
+            if m.name == name:
+                values[key] += int(m.value)
+        if m.name == PER_POSITION:
+            if hasattr(m, "values"):
+                for i, v in enumerate(m.values):
+                    per_pos[i] = per_pos.get(i, 0) + int(v)
+            else:
+                pos = int(m.labels.get("position", 0))
+                per_pos[pos] = per_pos.get(pos, 0) + int(m.value)
+    values["accepted_per_position"] = [per_pos[i] for i in sorted(per_pos)]
+    return values
+
+
+def counter_delta(after: dict, before: dict) -> dict:
+    d = {k: after[k] - before[k] for k in COUNTERS}
+    a, b = after["accepted_per_position"], before["accepted_per_position"]
+    b = b + [0] * (len(a) - len(b))
+    d["accepted_per_position"] = [x - y for x, y in zip(a, b)]
+    return d
+
+
+def versions() -> dict:
+    import torch
+    import transformers
+    import vllm
+
+    return {"vllm": vllm.__version__, "torch": torch.__version__, "transformers": transformers.__version__,
+            "python": platform.python_version()}
+
+
+def run_one(spec: dict, run: dict, recorder: DraftRecorder | None) -> dict:
+    from vllm import LLM, SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    t0 = time.perf_counter()
+    llm = LLM(model=spec["target"], tokenizer=spec["target"], dtype=spec.get("dtype", "float32"),
+              max_model_len=spec.get("max_model_len", 1024), enforce_eager=True, seed=spec.get("seed", 0),
+              speculative_config=run.get("speculative_config"), disable_log_stats=False,
+              max_num_seqs=max(max(run.get("concurrency", [1])), 1))
+    startup_s = time.perf_counter() - t0
+    sc = llm.llm_engine.vllm_config.speculative_config
+    params = SamplingParams(temperature=spec.get("temperature", 0.0), max_tokens=spec["max_tokens"],
+                            stop_token_ids=spec.get("stop_token_ids"), seed=spec.get("seed", 0))
+    prompts = [TokensPrompt(prompt_token_ids=p) for p in spec["prompts"]]
+    llm.generate(prompts[:1], SamplingParams(temperature=0.0, max_tokens=4), use_tqdm=False)  # warm-up
+    waves = []
+    for c in run.get("concurrency", [1]):
+        record = bool(run.get("record_drafts")) and recorder is not None
+        before = read_counters(llm)
+        outputs, drafts, passes, wall = [], [], [], 0.0
+        for i in range(0, len(prompts), c):
+            if recorder is not None:
+                recorder.take([])
+                recorder.active = record
+            t = time.perf_counter()
+            res = llm.generate(prompts[i:i + c], params, use_tqdm=False)
+            wall += time.perf_counter() - t
+            outputs.extend(list(r.outputs[0].token_ids) for r in res)
+            if record:
+                blocks, n = recorder.take([r.request_id for r in res])
+                drafts.extend(blocks)
+                passes.extend(n)
+        if recorder is not None:
+            recorder.active = False
+        wave = {"concurrency": c, "wall_s": wall, "output_tokens": sum(len(o) for o in outputs),
+                "counters": counter_delta(read_counters(llm), before), "outputs": outputs}
+        if record:
+            wave["drafts"] = drafts  # per prompt: its [K] draft blocks in order
+            wave["drafter_passes"] = passes  # per propose call (all requests of a step share one)
+        waves.append(wave)
+    result = {"name": run["name"], "method": run["method"], "k": run.get("k", 0), "startup_s": startup_s,
+              "parallel_drafting": bool(sc.parallel_drafting) if sc is not None else False,
+              "speculative_method": sc.method if sc is not None else None,
+              "num_speculative_tokens": sc.num_speculative_tokens if sc is not None else 0,
+              "speculative_config": run.get("speculative_config"), "waves": waves}
+    del llm
+    gc.collect()
+    return result
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 3:
+        print(__doc__, file=sys.stderr)
+        return 2
+    with open(argv[1]) as f:
+        spec = json.load(f)
+    in_process = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING") == "0"
+    recorder = DraftRecorder() if in_process else None
+    if recorder is not None and not recorder.install():
+        recorder = None
+    out = {"versions": versions(), "device": f"cpu ({platform.processor() or platform.machine()}, "
+                                              f"{os.cpu_count()} cores)",
+           "draft_recording": recorder is not None, "runs": []}
+    for run in spec["runs"]:
+        out["runs"].append(run_one(spec, run, recorder))
+        with open(argv[2], "w") as f:  # written after every run, so a crash keeps what finished
+            json.dump(out, f)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
