@@ -1,0 +1,252 @@
+"""Solutions to the workshop exercises at the end of notebooks 1, 2 and 4 (checked by tests).
+
+Try each exercise in its notebook first; the notebook cell that follows calls the solution
+here, and ``tests/test_exercises.py`` checks every solution against the library.
+
+| notebook | exercise                                                | solution                                  |
+| -------- | ------------------------------------------------------- | ----------------------------------------- |
+| 1        | predict the acceptance length at K=9, then measure it   | ``expected_acceptance_length``,           |
+|          |                                                         | ``simulate_acceptance_length``            |
+| 1        | predict tokens/s of each method from one step's timings | ``predicted_tokens_per_second``           |
+| 2        | lay out one request's slots by hand                     | ``draft_row_by_hand``                     |
+| 2        | count the padding slots of a batch                      | ``num_padding_slots``                     |
+| 4        | fill the hidden states with a single gather             | ``fill_draft_hidden_by_gather``           |
+| 4        | bytes the fused kernels must move; achieved bandwidth   | ``draft_batch_bytes``                     |
+| 3        | break the mask so that a chain sees another chain       | ``leaky_chain_mask``                      |
+| 3        | how many elements COD keeps                             | ``cod_kept_elements``                     |
+| 5        | P-EAGLE's speed-up if both heads accepted equally       | ``speedup_at_equal_acceptance``           |
+| 6        | train EAGLE-3 and P-EAGLE on the same budget            | ``train_tiny_heads``                      |
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .verify import verify_greedy
+
+__all__ = ["expected_acceptance_length", "simulate_acceptance_length", "predicted_tokens_per_second",
+           "draft_row_by_hand", "num_padding_slots", "fill_draft_hidden_by_gather", "draft_batch_bytes",
+           "leaky_chain_mask", "cod_kept_elements", "speedup_at_equal_acceptance", "train_tiny_heads"]
+
+
+# ---------------------------------------------------------------- notebook 1
+def expected_acceptance_length(alpha: float, k: int) -> float:
+    """AL when each draft is accepted with probability ``alpha``, independently of the others.
+
+    Draft i survives only if drafts 0..i all match, with probability alpha^(i+1), so
+    AL = 1 + sum_{i=1..K} alpha^i = (1 - alpha^(K+1)) / (1 - alpha). It saturates at
+    1 / (1 - alpha): beyond some K, extra drafts buy almost nothing.
+
+    >>> round(expected_acceptance_length(0.8, 9), 3)
+    4.463
+    >>> expected_acceptance_length(1.0, 4)
+    5.0
+    """
+    if not 0.0 <= alpha <= 1.0 or k < 0:
+        raise ValueError(f"alpha={alpha} must lie in [0, 1] and k={k} must be >= 0")
+    if alpha == 1.0:
+        return float(k + 1)
+    return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
+
+
+def simulate_acceptance_length(alpha: float, k: int, *, steps: int = 4000, vocab_size: int = 32,
+                               seed: int = 0) -> float:
+    """Measure AL with the real greedy verifier on synthetic steps.
+
+    Each of ``steps`` requests gets random target choices; its drafts copy them with
+    probability ``alpha`` per position (else a different token), and ``verify_greedy`` on
+    one-hot target logits decides what is accepted.
+    """
+    g = torch.Generator().manual_seed(seed)
+    target_tokens = torch.randint(0, vocab_size, (steps, k + 1), generator=g)  # [steps, K+1]
+    logits = torch.nn.functional.one_hot(target_tokens, vocab_size).float()  # [steps, K+1, V]
+    hit = torch.rand(steps, k, generator=g) < alpha  # [steps, K]
+    wrong = (target_tokens[:, :k] + torch.randint(1, vocab_size, (steps, k), generator=g)) % vocab_size
+    drafts = torch.where(hit, target_tokens[:, :k], wrong)
+    result = verify_greedy(logits, drafts)
+    return 1.0 + result.num_accepted.float().mean().item()
+
+
+def predicted_tokens_per_second(method: str, *, verify_ms: float, pass_ms: float, k: int, alpha: float,
+                                prep_ms: float = 0.0) -> float:
+    """Tokens per second of one request, from one step's parts and the acceptance model.
+
+    A step costs one target verify pass, the draft-batch prep and the drafter passes:
+    K of them for EAGLE-3, one for P-EAGLE (whose single pass carries K - 1 more slots,
+    which costs little while the pass is latency-bound). Each step yields AL tokens.
+
+    >>> round(predicted_tokens_per_second("peagle", verify_ms=10.0, pass_ms=2.0, k=4, alpha=0.5), 1)
+    161.5
+    >>> round(predicted_tokens_per_second("eagle3", verify_ms=10.0, pass_ms=2.0, k=4, alpha=0.5), 1)
+    107.6
+    """
+    passes = {"eagle3": k, "peagle": 1}
+    if method not in passes:
+        raise ValueError(f"method={method!r} must be 'eagle3' or 'peagle'")
+    step_ms = verify_ms + prep_ms + passes[method] * pass_ms
+    return 1000.0 * expected_acceptance_length(alpha, k) / step_ms
+
+
+# ---------------------------------------------------------------- notebook 2
+def draft_row_by_hand(token_ids: list[int], positions: list[int], num_accepted: int, bonus_token: int, *,
+                      k: int, mask_token_id: int, request: int = 0, max_len: int = 1 << 30) -> dict[str, list]:
+    """One request's R = T + K - 1 drafter slots, written as a plain loop over slots.
+
+    Returns the request's slice of each ``DraftInputs`` field (hidden_mapping and
+    slot_mapping use the flat indices of request ``request``; sample_indices are local).
+
+    >>> r = draft_row_by_hand([10, 11, 12, 13], [5, 6, 7, 8], 2, 100, k=3, mask_token_id=99)
+    >>> r["input_ids"], r["positions"]
+    ([11, 12, 100, 99, 99, 0], [5, 6, 7, 8, 9, 0])
+    """
+    T, n = len(token_ids), num_accepted
+    R = T + k - 1
+    out = {f: [] for f in ("input_ids", "positions", "slot_mapping", "is_masked", "hidden_mapping")}
+    for i in range(R):
+        if i < n:  # context: the next token, with the hidden state of this position (EAGLE's shift)
+            tok, pos, src, masked = token_ids[i + 1], positions[i], request * T + i, False
+        elif i == n:  # the new (bonus) token, with the hidden state of the last kept position
+            tok, pos, src, masked = bonus_token, positions[n], request * T + i, False
+        elif i < n + k:  # mask slots: positions keep counting after the bonus slot
+            tok, pos, src, masked = mask_token_id, positions[n] + (i - n), -1, True
+        else:  # padding: the rejected tokens' slots, moved to the end, write nothing
+            tok, pos, src, masked = 0, 0, -1, False
+        live = i < n + k and pos < max_len
+        out["input_ids"].append(tok)
+        out["positions"].append(pos)
+        out["slot_mapping"].append(request * max_len + pos if live else -1)
+        out["is_masked"].append(masked)
+        out["hidden_mapping"].append(src)
+    out["sample_indices"] = [n + j for j in range(k)]
+    return out
+
+
+def num_padding_slots(accepted: list[int], k: int) -> int:
+    """Padding slots of a decode-step drafter batch (T = K + 1): K - n per request.
+
+    Each request has R = T + K - 1 = 2K slots; n + 1 context/bonus and K - 1 mask slots are
+    live, so 2K - (n + K) = K - n are padding: exactly the rejected drafts.
+
+    >>> num_padding_slots([2, 3], k=3)
+    1
+    """
+    return sum(k - n for n in accepted)
+
+
+# ---------------------------------------------------------------- notebook 4
+def fill_draft_hidden_by_gather(hidden: torch.Tensor, hidden_mapping: torch.Tensor, is_masked: torch.Tensor,
+                                shared_hidden: torch.Tensor) -> torch.Tensor:
+    """``fill_draft_hidden`` as one gather from ``[hidden; shared_hidden; zeros]``.
+
+    Append two rows to the source table, point mask slots at the first and padding at the
+    second, and every output row is a plain index: no ``where`` over ``[N, H]`` at all.
+
+    >>> fill_draft_hidden_by_gather(torch.arange(6.0).view(3, 2), torch.tensor([0, 1, -1, -1]),
+    ...                             torch.tensor([False, False, True, False]), torch.tensor([-1.0, -1.0]))
+    tensor([[ 0.,  1.],
+            [ 2.,  3.],
+            [-1., -1.],
+            [ 0.,  0.]])
+    """
+    rows = hidden.shape[0]
+    table = torch.cat([hidden, shared_hidden[None], hidden.new_zeros(1, hidden.shape[1])])  # [c*T + 2, H]
+    index = torch.where(hidden_mapping >= 0, hidden_mapping,
+                        torch.where(is_masked, rows, rows + 1))  # [N]
+    return table.index_select(0, index)
+
+
+def draft_batch_bytes(accepted: list[int], k: int, hidden_size: int, *, hidden_bytes: int = 2,
+                      index_bytes: int = 8) -> int:
+    """Bytes the fused pair must read and write for one decode step, at the least.
+
+    prepare_draft_inputs reads token_ids and positions ``[c, T]`` and two ``[c]`` vectors,
+    and writes four index arrays and a bool mask ``[c*R]`` plus ``[c*K]`` sample rows.
+    fill_draft_hidden reads hidden_mapping and is_masked, the n + 1 target rows each request
+    actually uses and ``shared_hidden``, and writes ``[c*R, H]``.
+
+    >>> draft_batch_bytes([3], k=3, hidden_size=4, hidden_bytes=4)
+    532
+    """
+    c, T = len(accepted), k + 1
+    R = T + k - 1
+    prep = index_bytes * (2 * c * T + 2 * c) + index_bytes * 4 * c * R + c * R + index_bytes * c * k
+    fill = (index_bytes * c * R + c * R + hidden_bytes * hidden_size * (sum(accepted) + c)
+            + hidden_bytes * hidden_size + hidden_bytes * hidden_size * c * R)
+    return prep + fill
+
+
+# ---------------------------------------------------------------- notebook 3
+def leaky_chain_mask(anchor_q: torch.Tensor, depth_q: torch.Tensor, anchor_k: torch.Tensor, depth_k: torch.Tensor,
+                     valid_k: torch.Tensor) -> torch.Tensor:
+    """A *broken* training mask: a query also sees the deeper elements of earlier chains.
+
+    The correct rule (``train.mask.chain_visible``) lets query (a, d) see depth-0 keys with
+    anchor <= a and its own chain. Dropping "depth 0" lets chains read each other's drafts,
+    which never exist at inference; partitioning no longer recomputes everything a query
+    sees, so the partitioned gradients stop matching the single pass. Same signature and
+    output ``[B, 1, Q, S]`` as ``train.mask.chain_mask``.
+    """
+    aq, dq = anchor_q[:, :, None], depth_q[:, :, None]  # [B, Q, 1]
+    ak, dk = anchor_k[:, None, :], depth_k[:, None, :]  # [B, 1, S]
+    m = (ak < aq) | ((ak == aq) & (dk <= dq))  # the leak: any depth of an earlier anchor
+    m = m & valid_k[:, None, :]
+    m = m | ~m.any(-1, keepdim=True)  # as chain_mask: padding queries see everything, not nothing
+    return m[:, None]
+
+
+def cod_kept_elements(n: int, num_depths: int, ratio: float = 0.7, ratio_min: float = 0.2) -> int:
+    """Elements COD keeps for ``n`` loss-bearing anchors: n at depth 0, ceil(n·max(r^d, r_min)) deeper.
+
+    >>> cod_kept_elements(1000, 8), 8 * 1000  # COD vs every anchor at every depth
+    (3374, 8000)
+    """
+    return n + sum(math.ceil(n * max(ratio ** d, ratio_min) - 1e-9) for d in range(1, num_depths))
+
+
+# ---------------------------------------------------------------- notebook 5
+def speedup_at_equal_acceptance(peagle_row, eagle3_row) -> float:
+    """P-EAGLE over EAGLE-3 TPS if both heads had the same acceptance length.
+
+    Tokens per step are then equal, and so is the verify pass (the same K + 1 tokens through
+    the same target), so only draft-batch prep and drafting differ. The verify time used is
+    the mean of the two measurements, which differ only by noise.
+
+    >>> from types import SimpleNamespace as Row
+    >>> speedup_at_equal_acceptance(Row(verify_ms=10.0, prep_ms=0.5, draft_ms=2.0),
+    ...                             Row(verify_ms=10.0, prep_ms=0.5, draft_ms=7.5))
+    1.44
+    """
+    verify = (peagle_row.verify_ms + eagle3_row.verify_ms) / 2
+    def step(r):
+        return verify + (r.prep_ms or 0.0) + (r.draft_ms or 0.0)
+    return step(eagle3_row) / step(peagle_row)
+
+
+# ---------------------------------------------------------------- notebook 6
+def train_tiny_heads(methods=("eagle3", "peagle"), *, steps: int = 300, k: int = 3, seed: int = 0) -> dict[str, list]:
+    """Train one head per method on the same tiny data and budget; return held-out acceptance.
+
+    ``train_walkthrough.tiny_setup`` stands in for SmolLM2 and its data, so this runs on a
+    CPU in about half a minute; the training calls are the ones notebook 6 makes.
+
+    Returns:
+        ``{method: [AcceptanceReport at K = k]}``.
+    """
+    import tempfile
+
+    from .train import TrainConfig, Trainer, evaluate_acceptance, new_drafter
+    from .train.evaluate import heldout_prompts
+    from .train_walkthrough import tiny_setup
+
+    setup = tiny_setup(seed=seed)
+    prompts = heldout_prompts(setup.heldout, len(setup.heldout))
+    out = {}
+    for method in methods:
+        drafter = new_drafter(setup.target, method, 1, setup.vocab, seed=seed)
+        cfg = TrainConfig(method=method, steps=steps, lr=3e-3, warmup_steps=10, batch_size=16, max_seq_len=64,
+                          k_train=k + 1, seed=seed, ckpt_every=0, eval_at_end=False)
+        with tempfile.TemporaryDirectory() as tmp:
+            Trainer(setup.target, drafter, setup.train, cfg, tmp, progress=False).run()
+        out[method] = evaluate_acceptance(setup.target, drafter, prompts, ks=(k,), max_new_tokens=32)
+    return out

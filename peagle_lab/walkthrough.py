@@ -1,0 +1,183 @@
+"""One decode step taken apart: prefill, draft (EAGLE-3 or P-EAGLE), verify, every part kept.
+
+``SpecDecoder`` runs this loop for real and keeps only counters and timings. Notebook 1
+wants to look inside one step, so here each stage returns what it made:
+
+```
+prefill(target, prompts)            ─► taps [c, T, 3H], new token [c], target KV cache
+one_step(target, drafter, pre, k)   ─► draft batch ─► K drafts ─► target([c, K+1]) ─► VerifyResult
+oracle_drafts(target, pre, k, ...)  ─► drafts equal to the target's own greedy choice, with
+                                       chosen positions made wrong (a "what if" drafter)
+```
+Timings use ``time.perf_counter`` on CPU and are synchronised on CUDA; a single step is
+noisy, so ``median_step`` summarises the engine's per-step trace for the timeline figures.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+
+import torch
+
+from .drafter import Drafter
+from .drafting import DraftResult, build_draft_batch, draft_autoregressive, draft_parallel
+from .engine import SpecDecoder, StepTrace
+from .config import SpecConfig
+from .models.llama import KVCache, LlamaModel
+from .verify import VerifyResult, verify_greedy
+
+__all__ = ["Prefill", "OneStep", "prefill", "one_step", "oracle_drafts", "median_step"]
+
+
+@dataclass(frozen=True, eq=False)
+class Prefill:
+    """The target's pass over the prompts, and what drafting needs from it."""
+
+    lengths: tuple[int, ...]  # prompt lengths
+    token_ids: torch.Tensor  # [c, T] prompts, right-padded with 0
+    positions: torch.Tensor  # [c, T]
+    taps: torch.Tensor  # [c, T, 3H] the residual stream entering the aux layers
+    new_tokens: torch.Tensor  # [c] the target's greedy next token: the first bonus slot
+    cache: KVCache  # the target's KV cache, prompts written
+    max_len: int  # KV slots per request
+
+    @property
+    def num_requests(self) -> int:
+        return len(self.lengths)
+
+
+@dataclass(frozen=True, eq=False)
+class OneStep:
+    """One draft-and-verify step after a prefill."""
+
+    method: str  # "eagle3" | "peagle"
+    k: int
+    draft: DraftResult  # the drafter's K tokens and its first-pass batch
+    drafts: torch.Tensor  # [c, K] what was verified (the drafter's tokens unless replaced)
+    verify: VerifyResult
+    target_choice: torch.Tensor  # [c, K+1] the target's argmax at each verify slot
+    trace: StepTrace  # the step's timings, as the engine records them
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+@torch.inference_mode()
+def prefill(target: LlamaModel, prompts: list[list[int]], *, extra_positions: int = 32) -> Prefill:
+    """Run the target over ``prompts`` (token-id lists), greedy, keeping taps and cache.
+
+    Args:
+        prompts: one token-id list per request; lengths may differ (right-padded).
+        extra_positions: KV room after the longest prompt for the steps that follow.
+
+    Raises:
+        ValueError: an empty batch or prompt.
+    """
+    if not prompts or any(len(p) == 0 for p in prompts):
+        raise ValueError("prompts must be a non-empty list of non-empty token-id lists")
+    dev, c = target.device, len(prompts)
+    lens = torch.tensor([len(p) for p in prompts], device=dev)
+    T = int(lens.max())
+    ids = torch.zeros(c, T, dtype=torch.long, device=dev)
+    for b, p in enumerate(prompts):
+        ids[b, : len(p)] = torch.tensor(p, dtype=torch.long)
+    pos = torch.arange(T, device=dev).expand(c, T).contiguous()
+    max_len = T + extra_positions
+    cache = target.allocate_cache(c, max_len)
+    rows = torch.arange(c, device=dev)[:, None]
+    slots = torch.where(pos < lens[:, None], rows * max_len + pos, torch.full_like(pos, -1))
+    out = target(ids, pos, cache=cache, slot_mapping=slots, logits_rows=(lens - 1)[:, None])
+    return Prefill(tuple(lens.tolist()), ids, pos, out.taps, out.logits[:, 0].argmax(-1), cache, max_len)
+
+
+@torch.inference_mode()
+def one_step(target: LlamaModel, drafter: Drafter, pre: Prefill, *, k: int, backend: str = "auto",
+             drafts: torch.Tensor | None = None) -> OneStep:
+    """Draft K tokens after ``pre`` with ``drafter``'s method, then verify them greedily.
+
+    Args:
+        k: K, draft tokens.
+        backend: draft-batch kernels, "auto" | "torch" | "triton".
+        drafts: optional ``[c, K]`` tokens to verify instead of the drafter's (see
+            ``oracle_drafts``); the drafter still runs, so timings stay real.
+
+    Returns:
+        OneStep; its trace has the verify, prep and draft times in milliseconds.
+    """
+    method, dev = drafter.config.method, target.device
+    c = pre.num_requests
+    lens = torch.tensor(pre.lengths, device=dev)
+    n, new = lens - 1, pre.new_tokens  # every prompt token is context: "accepted" up to the last
+    dcache = drafter.allocate_cache(c, pre.max_len)
+    _sync(dev)
+    t0 = time.perf_counter()
+    batch = build_draft_batch(drafter, pre.taps, pre.token_ids, pre.positions, n, new,
+                              k if method == "peagle" else 1, pre.max_len, backend)
+    _sync(dev)
+    t1 = time.perf_counter()
+    fn = draft_parallel if method == "peagle" else draft_autoregressive
+    draft = fn(drafter, dcache, pre.taps, pre.token_ids, pre.positions, n, new, k=k, max_len=pre.max_len,
+               backend=backend, batch=batch)
+    _sync(dev)
+    t2 = time.perf_counter()
+    verified = draft.tokens if drafts is None else drafts.to(dev)
+    if tuple(verified.shape) != (c, k):
+        raise ValueError(f"drafts has shape {tuple(verified.shape)}, expected [c, K] = [{c}, {k}]")
+    vids = torch.cat([new[:, None], verified], 1)  # [c, K+1]
+    vpos = lens[:, None] + torch.arange(k + 1, device=dev)
+    vslots = torch.arange(c, device=dev)[:, None] * pre.max_len + vpos
+    vslots = torch.where(vpos < pre.max_len, vslots, torch.full_like(vslots, -1))
+    logits = target(vids, vpos, cache=pre.cache, slot_mapping=vslots, return_taps=False).logits
+    result = verify_greedy(logits, verified)
+    _sync(dev)
+    t3 = time.perf_counter()
+    trace = StepTrace(0, 1000 * (t3 - t2), 1000 * (t1 - t0), 1000 * (t2 - t1),
+                      tuple(result.num_accepted.tolist()), draft.num_forwards)
+    return OneStep(method, k, draft, verified, result, logits.argmax(-1), trace)
+
+
+def oracle_drafts(target: LlamaModel, pre: Prefill, k: int, wrong_at: list[int | None]) -> torch.Tensor:
+    """Drafts equal to the target's own greedy continuation, wrong where asked.
+
+    Request b's drafts are the K tokens plain greedy decoding produces after its new token,
+    except that position ``wrong_at[b]`` (if not None) holds a different token, so greedy
+    verification accepts exactly ``wrong_at[b]`` drafts there (all K when None).
+
+    Returns:
+        ``[c, K]`` int64 target ids.
+    """
+    c = pre.num_requests
+    if len(wrong_at) != c:
+        raise ValueError(f"wrong_at has {len(wrong_at)} entries, expected one per request ({c})")
+    if any(w is not None and not 0 <= w < k for w in wrong_at):
+        raise ValueError(f"wrong_at={wrong_at}: each entry must be None or a draft position in [0, {k})")
+    prompts = [pre.token_ids[b, :n].tolist() for b, n in enumerate(pre.lengths)]
+    plain = SpecDecoder(target, None, SpecConfig(method="baseline", max_new_tokens=k + 1))
+    res = plain.generate(prompts, eos_token_ids=())  # no EOS stop: always k+1 tokens
+    truth = torch.tensor([t[1: k + 1] for t in res.tokens], device=target.device)  # [c, K]
+    for b, w in enumerate(wrong_at):
+        if w is not None:
+            truth[b, w] = (truth[b, w] + 1) % target.config.vocab_size
+    return truth
+
+
+def median_step(trace: list[StepTrace]) -> StepTrace:
+    """The per-part medians of a step trace (the first step is dropped as warm-up if there are more).
+
+    >>> t = [StepTrace(i, v, 1.0, 2.0 * i, (0,), 5) for i, v in enumerate([90.0, 10.0, 12.0, 11.0])]
+    >>> median_step(t)
+    StepTrace(step=-1, verify_ms=11.0, prep_ms=1.0, draft_ms=4.0, num_accepted=(0,), drafter_forwards=5)
+    """
+    if not trace:
+        raise ValueError("the trace is empty: generate at least two tokens")
+    steps = trace[1:] if len(trace) > 1 else trace
+    # A step with no drafting (the last one) would pull the draft medians to zero.
+    drafting = [s for s in steps if s.drafter_forwards] or steps
+    med = statistics.median
+    accepted = tuple(round(med(s.num_accepted[i] for s in steps if len(s.num_accepted) > i))
+                     for i in range(max(len(s.num_accepted) for s in steps)))
+    return StepTrace(-1, med(s.verify_ms for s in steps), med(s.prep_ms for s in drafting),
+                     med(s.draft_ms for s in drafting), accepted, max(s.drafter_forwards for s in steps))

@@ -1,0 +1,188 @@
+"""ipywidgets that compose the figures of ``peagle_lab.figures`` (the only module importing ipywidgets).
+
+- ``DraftBatchExplorer``: sliders for K, c and accepted counts over the draft-batch figure (notebook 2);
+- ``LiveFigure``: a figure redrawn in place from a growing result (the live sweep of notebook 5);
+- ``TrainingMonitor``: a ``Trainer`` callback drawing the loss and per-depth agreement live (notebook 6).
+
+``DraftBatchExplorer`` lays out a toy decode batch with ``prepare_draft_inputs`` and redraws
+the draft-batch figure whenever a slider moves:
+
+```
+ [K ───●──]  [c ──●───]
+ [accepted request 0 ─●──] [accepted request 1 ───●]     (one slider per request, 0..K)
+ ┌ figure: request × slot grid, coloured context / bonus / mask / padding ┐
+```
+The figure is redrawn into an ``ipywidgets.Output``: plotly's in-place ``FigureWidget`` needs
+the ``anywidget`` package, which the notebook extra does not install. ``explorer.figure`` is
+always the figure on screen, so tests can read what a slider did without a browser.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import ipywidgets as w
+from IPython.display import Markdown, display
+
+from .figures import draft_batch_figure, figure_mime_bundle, training_curves_figure
+from .layout import layout_toy_batch
+from .train.loop import Callback
+
+__all__ = ["DraftBatchExplorer", "LiveFigure", "TrainingMonitor"]
+
+
+class DraftBatchExplorer:
+    """Sliders for K, c and each request's accepted count over a live draft-batch figure.
+
+    Args:
+        k: initial K (draft tokens per step); the toy batch has T = K + 1 tokens per request.
+        accepted: initial accepted count per request (its length is the initial c).
+        max_k / max_c: slider ranges.
+        backend: ``prepare_draft_inputs`` backend ("auto" runs the Triton kernel on CUDA or
+            under ``TRITON_INTERPRET=1``, else the PyTorch reference).
+
+    Attributes:
+        widget: the ``ipywidgets.VBox`` to display.
+        inputs / figure: the ``DraftInputs`` and plotly figure currently shown.
+        redraws: how many times the figure was rebuilt.
+
+    Raises:
+        ValueError: initial values outside the slider ranges.
+    """
+
+    def __init__(self, k: int = 3, accepted: tuple[int, ...] = (2, 3), *, max_k: int = 8, max_c: int = 4,
+                 backend: str = "auto") -> None:
+        if not 1 <= k <= max_k:
+            raise ValueError(f"k={k} must lie in [1, max_k={max_k}]")
+        if not 1 <= len(accepted) <= max_c or any(not 0 <= n <= k for n in accepted):
+            raise ValueError(f"accepted={tuple(accepted)} needs 1..{max_c} counts, each in [0, K={k}]")
+        self.backend = backend
+        self.redraws = 0
+        self._quiet = False  # set while sliders are rebuilt, so one change redraws once
+        style = {"description_width": "initial"}
+        self.k_slider = w.IntSlider(value=k, min=1, max=max_k, description="K (draft tokens)",
+                                    continuous_update=False, style=style)
+        self.c_slider = w.IntSlider(value=len(accepted), min=1, max=max_c, description="c (requests)",
+                                    continuous_update=False, style=style)
+        self.accepted_sliders: list[w.IntSlider] = []
+        self.accepted_box = w.HBox()
+        self.output = w.Output()
+        self._set_accepted_sliders(list(accepted))
+        self.k_slider.observe(self._on_k, names="value")
+        self.c_slider.observe(self._on_c, names="value")
+        self.widget = w.VBox([w.HBox([self.k_slider, self.c_slider]), self.accepted_box, self.output])
+        self.redraw()
+
+    # ------------------------------------------------------------------ state
+    @property
+    def k(self) -> int:
+        return self.k_slider.value
+
+    @property
+    def accepted(self) -> list[int]:
+        return [s.value for s in self.accepted_sliders]
+
+    def _set_accepted_sliders(self, values: list[int]) -> None:
+        for s in self.accepted_sliders:
+            s.unobserve(self._on_accepted, names="value")
+        self.accepted_sliders = [
+            w.IntSlider(value=v, min=0, max=self.k, description=f"accepted, request {b}",
+                        continuous_update=False, style={"description_width": "initial"})
+            for b, v in enumerate(values)]
+        for s in self.accepted_sliders:
+            s.observe(self._on_accepted, names="value")
+        self.accepted_box.children = tuple(self.accepted_sliders)
+
+    # ------------------------------------------------------------------ callbacks
+    def _on_k(self, change) -> None:
+        # A request cannot keep more drafts than it had: clamp the counts to the new K.
+        self._set_accepted_sliders([min(v, change["new"]) for v in self.accepted])
+        self.redraw()
+
+    def _on_c(self, change) -> None:
+        values = self.accepted[: change["new"]]
+        values += [min(b, self.k) for b in range(len(values), change["new"])]  # new requests: ragged counts
+        self._set_accepted_sliders(values)
+        self.redraw()
+
+    def _on_accepted(self, _change) -> None:
+        self.redraw()
+
+    def redraw(self) -> None:
+        """Lay out the toy batch for the current sliders and show its figure."""
+        self.inputs = layout_toy_batch(self.accepted, self.k, backend=self.backend)
+        self.figure = draft_batch_figure(
+            self.inputs, title=f"drafter batch: K={self.k}, c={len(self.accepted)}, accepted {self.accepted} "
+                               f"→ R = T + K − 1 = {self.inputs.rows_per_request} slots per request")
+        self.redraws += 1
+        with self.output:
+            self.output.clear_output(wait=True)
+            display(self.figure)
+
+    def _ipython_display_(self) -> None:
+        display(self.widget)
+
+
+class LiveFigure:
+    """A figure rebuilt by ``make_figure(data)`` on every ``update(data)``, redrawn in place.
+
+    It updates its output through an IPython display handle (``update_display_data``),
+    not a widget: notebooks run unattended (nbconvert, nbval) handle that reliably even
+    at many updates per cell, where widget output updates can stall the executor.
+
+    Attributes:
+        figure: the latest figure (None before the first update). redraws: updates so far.
+    """
+
+    def __init__(self, make_figure: Callable, placeholder: str = "waiting for the first result…") -> None:
+        self.make_figure = make_figure
+        self.placeholder = placeholder
+        self.figure = None
+        self.redraws = 0
+        self._handle = None
+
+    def update(self, data) -> None:
+        self.figure = self.make_figure(data)
+        self.redraws += 1
+        if self._handle is not None:
+            self._handle.update(figure_mime_bundle(self.figure), raw=True)
+
+    def _ipython_display_(self) -> None:
+        # display() returns no handle outside IPython; updates are then only kept, not shown.
+        if self.figure is None:
+            self._handle = display(Markdown(f"*{self.placeholder}*"), display_id=True)
+        else:
+            self._handle = display(figure_mime_bundle(self.figure), raw=True, display_id=True)
+
+
+class TrainingMonitor(Callback):
+    """Subscribe to a ``Trainer``: keep every step's metrics and redraw the curves every ``every`` steps.
+
+    Pass it in ``Trainer(..., callbacks=[monitor])`` and display it before ``run()``. The
+    history stays available as ``monitor.history`` (one ``on_step`` dict per step).
+    """
+
+    def __init__(self, every: int = 10, title: str = "training") -> None:
+        if every < 1:
+            raise ValueError(f"every={every} must be >= 1")
+        self.every, self.history, self.evals = every, [], []
+        self.live = LiveFigure(lambda history: training_curves_figure(history, title=title))
+
+    @property
+    def figure(self):
+        return self.live.figure
+
+    def on_step(self, metrics: dict) -> None:
+        self.history.append(metrics)
+        if metrics["step"] % self.every == 0 or metrics["step"] == 1:
+            self.live.update(self.history)
+
+    def on_eval(self, metrics: dict) -> None:
+        self.evals.append(metrics)
+
+    def finish(self) -> None:
+        """Draw the last steps too (call after ``run()``)."""
+        if self.history:
+            self.live.update(self.history)
+
+    def _ipython_display_(self) -> None:
+        display(self.live)
