@@ -10,9 +10,12 @@
 # Needs: $OUT (the folder that comes back) and the converted model folder
 # $PEAGLE_LAB_CACHE/models/SmolLM2-135M-Instruct (config.json, model.safetensors, tokenizer files).
 # Knobs (environment): PYTHON, MODEL, WORK, DATA_BUDGET_S (140), TRAIN_BUDGET_S (180),
-# EXTRA_PEAGLE_LAYERS (e.g. 4: a third head trained alongside; slows the other two; its
-# weights stay out of the archive, its card and numbers go in), EXCLUDE_FILES (prompt lists
-# never to train on; peagle_lab/bench/data/*.jsonl|*.txt are added automatically).
+# RUNS_SPEC (the heads trained side by side, METHOD:LAYERS each; default "eagle3:1 peagle:2";
+# the P-EAGLE depth study uses "peagle:1 peagle:2 peagle:3 peagle:4"), SHIP_WEIGHTS (which of
+# those runs put their weights in the archive; default all; "none" for a study whose winner is
+# packaged later by scripts/depth_bench_h200.sh), SKIP_MEMORY=1 (no memory benchmark),
+# EXCLUDE_FILES (prompt lists never to train on; peagle_lab/bench/data/*.jsonl|*.txt are added
+# automatically).
 # SMOKE=1 DEVICE=cpu runs every stage with the tiny random target in a few minutes on a CPU
 # (it checks this script, not the heads).
 # Reassemble the heads with:  cat heads.tgz.part-* | tar -xzf -
@@ -24,7 +27,7 @@ OUT=${OUT:?set OUT to the output folder}
 WORK=${WORK:-${TMPDIR:-/tmp}/peagle_train_$$}
 DATA_BUDGET_S=${DATA_BUDGET_S:-140}
 TRAIN_BUDGET_S=${TRAIN_BUDGET_S:-180}
-EXTRA=${EXTRA_PEAGLE_LAYERS:-}
+RUNS_SPEC=${RUNS_SPEC:-"eagle3:1 peagle:2"}
 DEVICE=${DEVICE:-cuda}
 if [ "${SMOKE:-0}" != 1 ]; then
   CACHE=${PEAGLE_LAB_CACHE:?set PEAGLE_LAB_CACHE (the converted model lives in \$PEAGLE_LAB_CACHE/models)}
@@ -92,17 +95,14 @@ t=$(now)
 COMMON=(--data "$WORK/data" "${TGT[@]}" --device "$DEVICE" --steps 100000 --time-budget-s "$TRAIN_BUDGET_S"
         --batch-size $BATCH --max-seq-len 512 --lr 1e-3 --warmup-steps 100 --draft-vocab-size $VOCAB
         --ckpt-every 0 --no-eval --no-progress --log-every 100 --seed 0)
-RUNS=(eagle3-1l peagle-2l)
-"$PY" -m peagle_lab.train.cli train --method eagle3 --layers 1 --k-train 7 --out "$WORK/runs/eagle3-1l" "${COMMON[@]}" \
-  > "$WORK/train-eagle3-1l.log" 2>&1 & P1=$!
-"$PY" -m peagle_lab.train.cli train --method peagle --layers 2 --k-train 8 --out "$WORK/runs/peagle-2l" "${COMMON[@]}" \
-  > "$WORK/train-peagle-2l.log" 2>&1 & P2=$!
-PIDS=("$P1" "$P2")
-if [ -n "$EXTRA" ]; then
-  RUNS+=("peagle-${EXTRA}l")
-  "$PY" -m peagle_lab.train.cli train --method peagle --layers "$EXTRA" --k-train 8 --out "$WORK/runs/peagle-${EXTRA}l" \
-    "${COMMON[@]}" > "$WORK/train-peagle-${EXTRA}l.log" 2>&1 & PIDS+=($!)
-fi
+RUNS=(); PIDS=()
+for spec in $RUNS_SPEC; do
+  method=${spec%%:*}; layers=${spec##*:}; run="$method-${layers}l"
+  case $method in eagle3) ktrain=7 ;; peagle) ktrain=8 ;; *) echo "RUNS_SPEC: unknown method '$method' in '$spec' (expected eagle3:N or peagle:N)"; exit 2 ;; esac
+  RUNS+=("$run")
+  "$PY" -m peagle_lab.train.cli train --method "$method" --layers "$layers" --k-train $ktrain --out "$WORK/runs/$run" \
+    "${COMMON[@]}" > "$WORK/train-$run.log" 2>&1 & PIDS+=($!)
+done
 FAIL=0
 for i in "${!PIDS[@]}"; do
   wait "${PIDS[$i]}" || { echo "training ${RUNS[$i]} failed"; FAIL=1; }
@@ -120,8 +120,10 @@ mark eval "$t"
 
 # ---------------------------------------------------------------- 4 memory benchmark
 t=$(now)
+if [ "${SKIP_MEMORY:-0}" = 1 ]; then echo "SKIP_MEMORY=1: no memory benchmark"; else
 PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True "$PY" scripts/bench_train_memory.py --out "$OUT/train_memory.json" --device "$DEVICE" --seq-len $MEM_LEN --k-train 8 --layers 2 \
   --segments 8,4,2,1 || echo "memory benchmark failed (the heads are unaffected)"
+fi
 mark memory "$t"
 
 # ---------------------------------------------------------------- 5 package
@@ -132,9 +134,14 @@ for r in "${RUNS[@]}"; do
   mkdir -p "$WORK/ship/runs/$r"
   cp "$WORK/runs/$r/log.jsonl" "$WORK/runs/$r/summary.json" "$WORK/train-$r.log" "$WORK/ship/runs/$r/"
 done
-if [ -n "$EXTRA" ]; then  # the variant ships as numbers and a card, not weights (the archive must stay ≤ 5 parts)
-  find "$WORK/ship/heads/peagle-${EXTRA}l" -name '*.safetensors*' -delete
-fi
+# Runs outside SHIP_WEIGHTS ship as numbers and a card, not weights (the archive must stay ≤ 5
+# parts); their exported heads stay in $WORK/ship/heads for later steps on the same machine.
+for r in "${RUNS[@]}"; do
+  case " ${SHIP_WEIGHTS:-${RUNS[*]}} " in *" $r "*) ;; *)
+    mkdir -p "$WORK/heads-kept"; cp -r "$WORK/ship/heads/$r" "$WORK/heads-kept/"
+    find "$WORK/ship/heads/$r" -name '*.safetensors*' -delete ;;
+  esac
+done
 "$PY" - "$WORK/ship" "$OUT/results.json" "{${TIMES%, }}" "$(since "$T0")" <<'PYEOF'
 import json, sys
 from pathlib import Path
