@@ -60,7 +60,8 @@ def test_cached_decode_equals_full_forward_for_ragged_batch():
     model = tiny_target()
     lens = [7, 3, 5]
     c, max_len = len(lens), 16
-    prompts = [torch.randint(0, 96, (n + 4,)) for n in lens]
+    gen = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(0, 96, (n + 4,), generator=gen) for n in lens]
     cache = model.allocate_cache(c, max_len)
     T = max(lens)
     ids = torch.zeros(c, T, dtype=torch.long)
@@ -77,7 +78,9 @@ def test_cached_decode_equals_full_forward_for_ragged_batch():
         out = model(step_ids, step_pos, cache=cache, slot_mapping=torch.arange(c)[:, None] * max_len + step_pos)
         for b, n in enumerate(lens):
             full = model(prompts[b][None, : n + j + 1], torch.arange(n + j + 1)[None])
-            torch.testing.assert_close(out.logits[b, 0], full.logits[0, -1], rtol=1e-5, atol=1e-5)
+            # float32 sums in another order (T=1 vs T=n matmuls): ~1e-5 apart; a wrong slot or
+            # mask is off by ~1e-1.
+            torch.testing.assert_close(out.logits[b, 0], full.logits[0, -1], rtol=1e-4, atol=1e-4)
 
 
 def test_slot_mapping_minus_one_writes_nothing():

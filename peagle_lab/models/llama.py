@@ -106,9 +106,14 @@ def rope_inv_freq(cfg: LlamaConfig) -> torch.Tensor:
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate ``x`` [c, nh, T, hd] by the half-split (HF/NeoX) convention; cos/sin [c, 1, T, hd]."""
+    """Rotate ``x`` [c, T, n, hd] by the half-split (HF/NeoX) convention.
+
+    ``cos``/``sin`` are [c, T, 1, hd] from :func:`rope_cos_sin`, whose ``sin`` carries the
+    rotation's sign (−sin on the first half), so the rotation is x·cos + [x2, x1]·sin: three
+    kernels instead of five.
+    """
     x1, x2 = x.chunk(2, dim=-1)
-    return x * cos + torch.cat((-x2, x1), dim=-1) * sin
+    return torch.addcmul(x * cos, torch.cat((x2, x1), dim=-1), sin)
 
 
 class RMSNorm(nn.Module):
@@ -118,9 +123,9 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # Normalise in float32 like the reference implementations, then cast back.
-        xf = x.float()
-        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        # Normalise in float32 like the reference implementations, then cast back; F.rms_norm
+        # is one fused kernel on CUDA where the spelled-out form is four.
+        xf = F.rms_norm(x.float(), (x.shape[-1],), eps=self.eps)
         return self.weight * xf.to(x.dtype)
 
 
@@ -152,9 +157,16 @@ class KVCache:
     def trash_slot(self) -> int:
         return self.max_batch * self.max_len
 
+    def slots(self, slot_mapping: torch.Tensor) -> torch.Tensor:
+        """Flat slots with ``-1`` redirected to the trash row (computed once per forward)."""
+        return torch.where(slot_mapping < 0, self.trash_slot, slot_mapping).reshape(-1)
+
     def write(self, layer: int, slot_mapping: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         """Write ``k``/``v`` [N, n_kv, hd] to flat slots [N]; ``-1`` slots write nothing."""
-        slots = torch.where(slot_mapping < 0, torch.full_like(slot_mapping, self.trash_slot), slot_mapping)
+        self.write_slots(layer, self.slots(slot_mapping), k, v)
+
+    def write_slots(self, layer: int, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+        """Write ``k``/``v`` [N, n_kv, hd] to slots from :meth:`slots` (no ``-1`` left)."""
         self.k[layer].index_copy_(0, slots, k.to(self.k[layer].dtype))
         self.v[layer].index_copy_(0, slots, v.to(self.v[layer].dtype))
 
@@ -174,6 +186,55 @@ def attention_mask(positions: torch.Tensor, kv_positions: torch.Tensor, kv_valid
     return m
 
 
+class FusedLinear(nn.Module):
+    """Several ``nn.Linear`` over the same input as one matrix product, for inference.
+
+    The layers keep their own parameters (state dicts, training and checkpoints see nothing
+    new). :meth:`fuse` re-homes their weights as views into one concatenated tensor, so one
+    ``F.linear`` computes all outputs; it is used only without autograd (the engine runs
+    under ``torch.inference_mode``) and only while the layers' weights are still those views
+    (``model.to(...)`` makes new tensors: then the separate layers run again). Unfused, or
+    with gradients on, it calls each layer in turn. The parameters stay the same objects, so
+    optimizers and references to them are unaffected.
+    """
+
+    def __init__(self, *layers: nn.Linear) -> None:
+        super().__init__()
+        self._layers = layers  # a tuple, not a ModuleList: the parent already owns them
+        self._weight: torch.Tensor | None = None
+        self._bias: torch.Tensor | None = None
+
+    def fuse(self) -> None:
+        """Concatenate the weights (and biases) and make each layer's parameters views of them."""
+        if self.fused:
+            return
+        sizes = [m.out_features for m in self._layers]
+        with torch.no_grad():
+            w = torch.cat([m.weight for m in self._layers])
+            b = torch.cat([m.bias for m in self._layers]) if self._layers[0].bias is not None else None
+        # .data, not new Parameters: an optimizer holding these parameters keeps working (its
+        # in-place updates then land in the fused tensor too).
+        for m, wi, bi in zip(self._layers, w.split(sizes), b.split(sizes) if b is not None else [None] * len(sizes)):
+            m.weight.data = wi
+            if bi is not None:
+                m.bias.data = bi
+        self._weight, self._bias, self._sizes = w, b, sizes
+
+    def _apply(self, fn, recurse=True):
+        # .to()/.cuda()/.half() give the layers new tensors: drop the concatenated copy.
+        self._weight = self._bias = None
+        return super()._apply(fn, recurse)
+
+    @property
+    def fused(self) -> bool:
+        return self._weight is not None and self._layers[0].weight.data_ptr() == self._weight.data_ptr()
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        if not torch.is_grad_enabled() and self.fused:
+            return F.linear(x, self._weight, self._bias).split(self._sizes, dim=-1)
+        return tuple(m(x) for m in self._layers)
+
+
 class Attention(nn.Module):
     def __init__(self, cfg: LlamaConfig, in_features: int | None = None) -> None:
         super().__init__()
@@ -188,25 +249,29 @@ class Attention(nn.Module):
             self.k_norm = RMSNorm(self.hd, cfg.rms_norm_eps)
         else:
             self.q_norm = self.k_norm = None
+        self.qkv = FusedLinear(self.q_proj, self.k_proj, self.v_proj)
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, ctx: "AttnContext",
                 layer: int) -> torch.Tensor:
         c, T, _ = x.shape
-        q = self.q_proj(x).view(c, T, self.nh, self.hd)
-        k = self.k_proj(x).view(c, T, self.nkv, self.hd)
-        v = self.v_proj(x).view(c, T, self.nkv, self.hd)
+        q, k, v = self.qkv(x)
+        q = q.view(c, T, self.nh, self.hd)
+        k = k.view(c, T, self.nkv, self.hd)
+        v = v.view(c, T, self.nkv, self.hd)
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
-        q = apply_rope(q.transpose(1, 2), cos, sin)  # (c, nh, T, hd)
-        k = apply_rope(k.transpose(1, 2), cos, sin)  # (c, nkv, T, hd)
-        v = v.transpose(1, 2)
+        q = apply_rope(q, cos, sin)  # (c, T, nh, hd)
+        k = apply_rope(k, cos, sin)  # (c, T, nkv, hd)
         if ctx.cache is not None:
-            ctx.cache.write(layer, ctx.slot_mapping.reshape(-1),
-                            k.transpose(1, 2).reshape(c * T, self.nkv, self.hd),
-                            v.transpose(1, 2).reshape(c * T, self.nkv, self.hd))
+            if ctx.slots is not None:
+                ctx.cache.write_slots(layer, ctx.slots, k.flatten(0, 1), v.flatten(0, 1))
+            else:
+                ctx.cache.write(layer, ctx.slot_mapping.reshape(-1), k.flatten(0, 1), v.flatten(0, 1))
             k, v = ctx.cache.read(layer, c)  # (c, nkv, max_len, hd)
             k, v = k.to(q.dtype), v.to(q.dtype)
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=ctx.mask, enable_gqa=True)
+        else:
+            k, v = k.transpose(1, 2), v.transpose(1, 2)
+        y = F.scaled_dot_product_attention(q.transpose(1, 2), k, v, attn_mask=ctx.mask, enable_gqa=True)
         return self.o_proj(y.transpose(1, 2).reshape(c, T, self.nh * self.hd))
 
 
@@ -216,9 +281,11 @@ class MLP(nn.Module):
         self.gate_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
         self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
         self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+        self.gate_up = FusedLinear(self.gate_proj, self.up_proj)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        gate, up = self.gate_up(x)
+        return self.down_proj(F.silu(gate) * up)
 
 
 class Block(nn.Module):
@@ -243,6 +310,12 @@ class AttnContext:
     cache: KVCache | None
     slot_mapping: torch.Tensor | None  # [c, T]
     mask: torch.Tensor  # [c, 1, T, S] bool
+    slots: torch.Tensor | None = None  # [c*T] flat cache slots, -1 sent to the trash row
+
+    def __post_init__(self) -> None:
+        # Only for our KVCache: stand-ins (the EAGLE-3 trainer's ChainKV) keep plain write().
+        if isinstance(self.cache, KVCache) and self.slot_mapping is not None and self.slots is None:
+            self.slots = self.cache.slots(self.slot_mapping)
 
 
 def make_context(positions: torch.Tensor, cache: KVCache | None, slot_mapping: torch.Tensor | None,
@@ -264,10 +337,20 @@ def make_context(positions: torch.Tensor, cache: KVCache | None, slot_mapping: t
 
 
 def rope_cos_sin(inv_freq: torch.Tensor, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos/sin ``[c, 1, T, hd]`` for integer ``positions`` [c, T]."""
+    """cos and signed sin ``[c, T, 1, hd]`` for integer ``positions`` [c, T] (see :func:`apply_rope`)."""
     freqs = positions[..., None].float() * inv_freq  # (c, T, hd/2)
-    emb = torch.cat((freqs, freqs), dim=-1)[:, None]
-    return emb.cos().to(dtype), emb.sin().to(dtype)
+    cos = torch.cat((freqs, freqs), dim=-1).cos()
+    sin = freqs.sin()
+    sin = torch.cat((-sin, sin), dim=-1)
+    return cos[:, :, None].to(dtype), sin[:, :, None].to(dtype)
+
+
+def fuse_projections(module: nn.Module) -> int:
+    """Fuse every FusedLinear inside ``module``; returns how many were fused."""
+    fused = [m for m in module.modules() if isinstance(m, FusedLinear)]
+    for m in fused:
+        m.fuse()
+    return len(fused)
 
 
 @dataclass(frozen=True)
@@ -293,10 +376,15 @@ class LlamaModel(nn.Module):
         self._inv_freq = rope_inv_freq(cfg)
 
     def rope(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos/sin ``[c, 1, T, hd]`` for ``positions`` [c, T] in the model's dtype."""
+        """cos/signed sin ``[c, T, 1, hd]`` for ``positions`` [c, T] in the model's dtype."""
         if self._inv_freq.device != positions.device:
             self._inv_freq = self._inv_freq.to(positions.device)
         return rope_cos_sin(self._inv_freq, positions, self.dtype)
+
+    def fuse_projections(self) -> "LlamaModel":
+        """Fuse q/k/v and gate/up into one matrix product each (inference; see FusedLinear)."""
+        fuse_projections(self)
+        return self
 
     @property
     def device(self) -> torch.device:
