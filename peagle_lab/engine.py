@@ -24,7 +24,7 @@ import torch
 from .config import SpecConfig
 from .drafter import Drafter
 from .drafting import DraftResult, build_draft_batch, draft_autoregressive, draft_parallel, run_drafter
-from .models.llama import LlamaModel
+from .models.llama import LlamaModel, fuse_projections
 from .kernels.verify import verify_greedy, verify_rejection
 from .verify import VerifyResult, sample_verify_noise, target_probs_from_logits
 
@@ -161,18 +161,28 @@ class SpecDecoder:
         config: ``SpecConfig`` (method, K, temperature, max_new_tokens, seed, backends).
 
     Raises:
-        ValueError: a drafter that does not fit the method or the target.
+        ValueError: a target or drafter of the wrong type, a drafter that does not fit the
+            method or the target, a config that is not a ``SpecConfig``.
     """
 
     def __init__(self, target: LlamaModel, drafter: Drafter | None = None, config: SpecConfig = SpecConfig()) -> None:
         if not isinstance(config, SpecConfig):
             raise ValueError(f"config must be a SpecConfig, got {type(config).__name__}")
+        if not isinstance(target, LlamaModel):
+            raise ValueError(f"target must be a LlamaModel (peagle_lab.load_model), got {type(target).__name__}")
+        if drafter is not None and not isinstance(drafter, Drafter):
+            raise ValueError(f"drafter must be a Drafter (peagle_lab.models.heads.load_head) or None, "
+                             f"got {type(drafter).__name__}")
         self.target, self.drafter, self.config = target, drafter, config
         if config.method != "baseline":
             if drafter is None:
                 raise ValueError(f"method={config.method!r} needs a drafter; pass one or use method='baseline'")
             check_drafter_fits(drafter, target, config.method)
         self.device = target.device
+        # q/k/v and gate/up as one matrix product each: fewer kernels per decode step.
+        fuse_projections(target)
+        if drafter is not None:
+            fuse_projections(drafter)
         self.use_graphs = config.cuda_graphs and self.device.type == "cuda"
         self._graphs = _Graphs()
         self._cache_t = self._cache_d = None
@@ -277,11 +287,12 @@ class SpecDecoder:
             GenerationResult with the new tokens per request, the metrics and a step trace.
 
         Raises:
-            ValueError: empty batch or prompt, ids outside the vocabulary, a prompt too long.
+            ValueError: empty batch or prompt, ids that are not ints or lie outside the vocabulary,
+                a prompt too long for the context, bad ``max_new_tokens`` or ``eos_token_ids``.
         """
         cfg, K = self.config, self.config.k
         max_new = cfg.max_new_tokens if max_new_tokens is None else max_new_tokens
-        eos = set(self.target.config.eos_token_ids if eos_token_ids is None else eos_token_ids)
+        eos = set(self.target.config.eos_token_ids if eos_token_ids is None else check_eos(eos_token_ids))
         lens = check_prompts(prompts, self.target.config.vocab_size)
         if not isinstance(max_new, int) or isinstance(max_new, bool) or max_new < 1:
             raise ValueError(f"max_new_tokens={max_new!r} must be an integer >= 1")
@@ -400,11 +411,24 @@ def check_prompts(prompts, vocab_size: int) -> list[int]:
                              "(encode text with the tokenizer's chat template first)")
         if not p:
             raise ValueError(f"prompt {i} is empty; every prompt needs at least one token")
-        bad = [t for t in p if not isinstance(t, int) or isinstance(t, bool) or not 0 <= t < vocab_size]
+        odd = [t for t in p if not isinstance(t, int) or isinstance(t, bool)]
+        if odd:
+            raise ValueError(f"prompt {i} holds {type(odd[0]).__name__} values, not Python ints: {odd[:5]} "
+                             "(convert tensors and arrays with .tolist())")
+        bad = [t for t in p if not 0 <= t < vocab_size]
         if bad:
             raise ValueError(f"prompt {i} has token ids outside [0, {vocab_size}): {bad[:5]}")
         lens.append(len(p))
     return lens
+
+
+def check_eos(eos_token_ids) -> tuple[int, ...]:
+    """Validate ``eos_token_ids`` (a list or tuple of ints; empty: never stop early)."""
+    if not isinstance(eos_token_ids, (list, tuple, set, frozenset)) or \
+            any(not isinstance(t, int) or isinstance(t, bool) for t in eos_token_ids):
+        raise ValueError(f"eos_token_ids={eos_token_ids!r} must be a list or tuple of token ids "
+                         "(() never stops early; None uses the model's)")
+    return tuple(eos_token_ids)
 
 
 def check_drafter_fits(drafter: Drafter, target: LlamaModel, method: str) -> None:
