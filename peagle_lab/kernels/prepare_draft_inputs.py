@@ -341,8 +341,8 @@ def prepare_draft_inputs(
     """Build the padded drafter batch; one Triton launch, or the PyTorch reference.
 
     Args:
-        token_ids, positions, num_accepted, bonus_tokens, num_speculative_tokens,
-        mask_token_id, max_len: as in :func:`prepare_draft_inputs_ref`.
+        token_ids, positions, num_accepted, bonus_tokens: as in :func:`prepare_draft_inputs_ref`.
+        num_speculative_tokens, mask_token_id, max_len: as in :func:`prepare_draft_inputs_ref`.
         backend: "triton", "torch", or "auto" (Triton when the tensors are on CUDA or
             ``TRITON_INTERPRET=1`` is set, else the reference).
 
