@@ -15,5 +15,17 @@ stage() {  # stage NAME COMMAND...: run, time, and stop at the first failure
   [ "$rc" -eq 0 ] || exit "$rc"
 }
 stage setup bash scripts/setup.sh
+# Debian's Chromium for tests/browser (JupyterLab + Playwright); a no-op when already installed.
+stage browser-setup bash scripts/install_browser.sh
 stage unit-tests .venv/bin/python -m pytest -q -p no:cacheprovider
+# One OpenMP thread: on a 2-core runner two threads spin-wait on each other (15-40x slower).
+stage notebooks env OMP_NUM_THREADS=1 .venv/bin/python -m pytest -q -p no:cacheprovider \
+  --nbval-lax notebooks/
+# The documentation site (Sphinx, warnings are errors) with the API reference.
+stage docs bash scripts/build_docs.sh
+# The shipped heads against a real vLLM (CPU build, its own venv): see .ci/vllm_step.sh.
+stage vllm bash .ci/vllm_step.sh
+if compgen -G "ci-artifacts/*" >/dev/null; then
+  echo "CI artifacts (browser test screenshots):"; ls -l ci-artifacts/
+fi
 echo "all stages passed in $SECONDS s"
