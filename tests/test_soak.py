@@ -50,7 +50,10 @@ def test_a_per_wave_leak_is_caught(world, monkeypatch):
     generate = SpecDecoder.generate
 
     def leaky(self, *a, **kw):
-        leak.append(torch.ones(1 << 20))  # 4 MiB per batch, 8 MiB per wave: what a real leak looks like
+        # 64 MiB per batch: above glibc's largest mmap threshold (32 MiB), so every leaked block
+        # is fresh pages that raise RSS. Smaller blocks can be served from heap pages freed by
+        # earlier tests in the same process, and RSS would not move.
+        leak.append(torch.ones(1 << 24))
         return generate(self, *a, **kw)
 
     monkeypatch.setattr(SpecDecoder, "generate", leaky)
