@@ -164,6 +164,8 @@ def test_package_never_unpickles_or_trusts_remote_code():
     (["demo", "--device", "foo", "--max-new-tokens", "1"], "--device 'foo' is not a device"),
     (["bench", "--tiny", "--device", "foo"], "--device 'foo' is not a device"),
     (["bench", "--tiny", "--temperature", "-1"], "temperature=-1.0 must be a number"),
+    (["bench", "--tiny", "--model", "M.gguf"], "--model would be ignored"),
+    (["bench", "--tiny", "--peagle-head", "H"], "--peagle-head would be ignored"),
     (["train", "--tiny", "--method", "peagle", "--lr", "-1", "--out", "OUT"], "lr"),
     (["train-eval", "--run", "NOPE", "--data", "NOPE", "--export", "OUT"], "NOPE"),
     (["export", "--out", "OUT", "-k", "0"], "-k=0 is out of range"),

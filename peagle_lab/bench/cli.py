@@ -84,6 +84,12 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
 
 def sweep_config(args) -> SweepConfig:
     """The ``SweepConfig`` for parsed ``args``: the preset, overridden by every flag given."""
+    if args.tiny:
+        given = [f for f, v in (("--model", args.model), ("--eagle3-head", args.eagle3_head),
+                                ("--peagle-head", args.peagle_head)) if v]
+        if given:
+            raise ValueError(f"--tiny runs a random tiny model with random heads, so {', '.join(given)} "
+                             "would be ignored; drop --tiny to measure them")
     values = dict(PRESETS["tiny" if args.tiny else "quick" if args.quick else "full"])
     for name in _FIELDS:
         v = getattr(args, name, None)
