@@ -230,7 +230,11 @@ def validate_result(d: dict) -> None:
 
 def write_json(result: BenchResult, path: Path | str) -> Path:
     """Validate and write ``result`` atomically (a crash mid-write leaves the old file)."""
-    d = result.to_dict()
+    return write_document(result.to_dict(), path)
+
+
+def write_document(d: dict, path: Path | str) -> Path:
+    """Validate the result document ``d`` and write it atomically (what every writer uses)."""
     validate_result(d)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

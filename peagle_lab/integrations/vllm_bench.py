@@ -23,7 +23,6 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 RUNNER = Path(__file__).with_name("vllm_runner.py")
@@ -119,22 +118,11 @@ def rows_from_result(result: dict, workload: str, temperature: float, max_new_to
 
 
 def write_results(path: Path | str, rows: list[dict], config: dict, run_info: dict) -> Path:
-    """Write the result document atomically, validated by ``peagle_lab.bench.schema`` when present."""
-    doc = {"schema": SCHEMA, "run_info": run_info, "config": config, "rows": rows, "skipped": []}
-    try:
-        from ..bench.schema import validate_result
-    except ImportError:
-        validate_result = None
-    if validate_result is not None:
-        validate_result(doc)
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w") as f:
-        json.dump(doc, f, indent=1)
-        f.write("\n")
-    os.replace(tmp, path)
-    return path
+    """Write the result document atomically, validated by ``peagle_lab.bench.schema``."""
+    from ..bench.schema import write_document
+
+    return write_document({"schema": SCHEMA, "run_info": run_info, "config": config, "rows": rows,
+                           "skipped": []}, path)
 
 
 # ------------------------------------------------------------------ CLI
