@@ -1,6 +1,8 @@
 """Tiny random models for tests, doctests and the CPU quick paths (seeded, so reproducible)."""
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import torch
 
 from .config import DrafterConfig
@@ -47,3 +49,13 @@ def tiny_drafter(target: LlamaModel, method: str = "peagle", num_hidden_layers: 
     d = Drafter(cfg)
     d.reset_parameters(std=0.05, generator=torch.Generator().manual_seed(seed))
     return d.to(device=target.device, dtype=target.dtype).attach_embeddings(target.embed_tokens.weight).eval()
+
+
+def token_example(input_ids: list[int], assistant_start: int) -> SimpleNamespace:
+    """A training example with only what ``train.targets.collate`` reads.
+
+    >>> token_example([5, 6, 7], 1).assistant_start
+    1
+    """
+    return SimpleNamespace(input_ids=input_ids, assistant_start=assistant_start)
+

@@ -5,15 +5,10 @@ import pytest
 import torch
 
 from peagle_lab.drafting import draft_autoregressive
-from peagle_lab.testing import tiny_drafter, tiny_target
+from peagle_lab.testing import tiny_drafter, tiny_target, token_example as Ex
 from peagle_lab.train.eagle3 import Eagle3TrainConfig, eagle3_step, ttt_unroll
 from peagle_lab.train.targets import collate, compute_targets
 from peagle_lab.train.vocab import apply_draft_vocab, build_draft_vocab, draft_to_target_ids
-
-
-class Ex:
-    def __init__(self, ids, start):
-        self.input_ids, self.assistant_start = ids, start
 
 
 @pytest.fixture(scope="module")

@@ -6,17 +6,12 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from peagle_lab.testing import tiny_drafter, tiny_target
+from peagle_lab.testing import tiny_drafter, tiny_target, token_example as Ex
 from peagle_lab.train.cod import CODConfig, sample_elements
 from peagle_lab.train.partition import partition, segment_bounds
 from peagle_lab.train.peagle import PEagleTrainConfig, peagle_step
 from peagle_lab.train.targets import collate, compute_targets
 from peagle_lab.train.vocab import draft_to_target_ids
-
-
-class Ex:
-    def __init__(self, ids, start):
-        self.input_ids, self.assistant_start = ids, start
 
 
 @given(length=st.integers(0, 50), start=st.integers(0, 50), S=st.integers(1, 6), seed=st.integers(0, 1000))

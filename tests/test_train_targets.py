@@ -4,13 +4,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from peagle_lab.testing import tiny_target
+from peagle_lab.testing import tiny_target, token_example as Ex
 from peagle_lab.train.targets import TargetCache, cache_targets, collate, compute_targets
-
-
-class Ex:
-    def __init__(self, ids, start):
-        self.input_ids, self.assistant_start = ids, start
 
 
 @pytest.fixture(scope="module")
