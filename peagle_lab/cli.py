@@ -80,8 +80,8 @@ def build_parser() -> argparse.ArgumentParser:
 def _optional_commands(sub) -> None:
     """Subcommands whose code lives in the train, bench and integrations packages."""
     from .bench.cli import add_bench_arguments, run_bench
-    from .train.cli import (add_data_arguments, add_eval_arguments, add_train_arguments, run_data,
-                            run_eval, run_train)
+    from .train.cli import add_data_arguments, run_data
+    from .train.train_cli import add_eval_arguments, add_train_arguments, run_eval, run_train
 
     for name, add, run, text in (
         ("bench", add_bench_arguments, run_bench, "throughput sweep: baseline vs EAGLE-3 vs P-EAGLE"),

@@ -244,7 +244,7 @@ def train_tiny_heads(methods=("eagle3", "peagle"), *, steps: int = 300, k: int =
     out = {}
     for method in methods:
         drafter = new_drafter(setup.target, method, 1, setup.vocab, seed=seed)
-        cfg = TrainConfig(method=method, steps=steps, lr=3e-3, warmup_steps=10, batch_size=16, max_seq_len=64,
+        cfg = TrainConfig(method=method, steps=steps, lr=3e-3, warmup_fraction=0.03, batch_size=8, row_len=64,
                           k_train=k + 1, seed=seed, ckpt_every=0, eval_at_end=False)
         with tempfile.TemporaryDirectory() as tmp:
             Trainer(setup.target, drafter, setup.train, cfg, tmp, progress=False).run()

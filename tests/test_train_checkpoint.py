@@ -22,7 +22,8 @@ def test_round_trip(tmp_path):
     d, opt = trained_drafter()
     gen = torch.Generator().manual_seed(9)
     torch.randperm(10, generator=gen)
-    state = TrainState(step=7, epoch=1, cursor=3, elapsed_s=1.5, losses=[(1, 2.0), (2, 1.5)])
+    state = TrainState(step=7, epoch=1, cursor=3, elapsed_s=1.5, losses=[(1, 2.0), (2, 1.5)], total_steps=20,
+                       tokens=4096, curve=[{"step": 5, "depth_acc": [0.5]}])
     cfg = {"method": "peagle", "seed": 0}
     path = save_checkpoint(tmp_path, d, opt, gen, state, cfg)
     assert latest_checkpoint(tmp_path) == path and path.name == "step-0000007"

@@ -15,6 +15,7 @@ Qwen3 (q/k RMSNorm). Two things make it a speculative-decoding target rather tha
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 
@@ -186,6 +187,48 @@ def attention_mask(positions: torch.Tensor, kv_positions: torch.Tensor, kv_valid
     return m
 
 
+# Query rows up to which a step folds its query heads onto their KV heads (decode and verify
+# steps; prefills keep SDPA's own GQA handling, whose mask needs no copy).
+GROUPED_MAX_ROWS = 64
+
+
+def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask) -> torch.Tensor:
+    """Grouped-query attention of ``q`` [c, nh, T, hd] over ``k``/``v`` [c, nkv, S, hd].
+
+    ``mask`` is a boolean ``[c, 1, T, S]`` (True = may attend) or a flex-attention
+    ``BlockMask`` (training: the masks of ``peagle_lab.train.mask`` on a GPU).
+
+    Why not plain ``F.scaled_dot_product_attention(..., enable_gqa=True)``: with an explicit
+    mask no fused kernel takes differing head counts, so SDPA falls back to its math path,
+    which copies every KV head ``nh / nkv`` times and works in float32; at c = 1024 decode
+    requests that copy, not the arithmetic, is the step. For a few query rows it is cheaper
+    to fold the ``g = nh / nkv`` query heads that share a KV head into its rows
+    (``[c, nkv, g·T, hd]``, head ``h`` = kv ``h // g``) and repeat the small mask instead;
+    equal head counts then run on a fused kernel.
+    """
+    from torch.nn.attention.flex_attention import BlockMask
+
+    if isinstance(mask, BlockMask):
+        return _flex_attention(q.is_cuda)(q, k, v, block_mask=mask, enable_gqa=True)
+    c, nh, T, hd = q.shape
+    nkv, S = k.shape[1], k.shape[2]
+    g = nh // nkv
+    if g == 1 or T > GROUPED_MAX_ROWS:
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=g > 1)
+    qg = q.reshape(c, nkv, g * T, hd)
+    if mask is not None:
+        mask = mask.expand(c, 1, T, S)[:, :, None].expand(c, 1, g, T, S).reshape(c, 1, g * T, S)
+    return F.scaled_dot_product_attention(qg, k, v, attn_mask=mask).view(c, nh, T, hd)
+
+
+@functools.cache
+def _flex_attention(cuda: bool):
+    """flex_attention, compiled on CUDA (eager flex materialises every score: a reference only)."""
+    from torch.nn.attention.flex_attention import flex_attention
+
+    return torch.compile(flex_attention, dynamic=False) if cuda else flex_attention
+
+
 class FusedLinear(nn.Module):
     """Several ``nn.Linear`` over the same input as one matrix product, for inference.
 
@@ -271,7 +314,7 @@ class Attention(nn.Module):
             k, v = k.to(q.dtype), v.to(q.dtype)
         else:
             k, v = k.transpose(1, 2), v.transpose(1, 2)
-        y = F.scaled_dot_product_attention(q.transpose(1, 2), k, v, attn_mask=ctx.mask, enable_gqa=True)
+        y = attend(q.transpose(1, 2), k, v, ctx.mask)  # (c, nh, T, hd)
         return self.o_proj(y.transpose(1, 2).reshape(c, T, self.nh * self.hd))
 
 
@@ -401,7 +444,8 @@ class LlamaModel(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, *, cache: KVCache | None = None,
                 slot_mapping: torch.Tensor | None = None, return_logits: bool = True,
-                return_taps: bool = True, logits_rows: torch.Tensor | None = None) -> TargetOutput:
+                return_taps: bool = True, logits_rows: torch.Tensor | None = None,
+                attn_mask=None) -> TargetOutput:
         """Run ``input_ids`` [c, T] at ``positions`` [c, T].
 
         Args:
@@ -411,6 +455,8 @@ class LlamaModel(nn.Module):
             slot_mapping: flat KV slot per token, -1 writes nothing.  # [c, T]
             return_logits / return_taps: skip the work that the caller does not need.
             logits_rows: optional [c, m] indices along T; logits only for those rows.
+            attn_mask: overrides the causal-by-position mask without a cache: a boolean
+                [c, 1, T, T] or a flex ``BlockMask`` (training on packed rows of several sequences).
 
         Returns:
             TargetOutput with float32 ``logits`` [c, T or m, V] and ``taps`` [c, T, 3H].
@@ -424,7 +470,7 @@ class LlamaModel(nn.Module):
         if slot_mapping is not None and slot_mapping.shape != input_ids.shape:
             raise ValueError(f"slot_mapping {tuple(slot_mapping.shape)} must match input_ids "
                              f"{tuple(input_ids.shape)}")
-        ctx = make_context(positions, cache, slot_mapping)
+        ctx = make_context(positions, cache, slot_mapping, attn_mask)
         cos, sin = self.rope(positions)
         x = self.embed_tokens(input_ids)
         taps_at = self.config.taps

@@ -31,11 +31,15 @@ class TrainState:
     epoch: int = 0
     cursor: int = 0  # next batch within the epoch
     elapsed_s: float = 0.0  # training wall time of all previous runs
-    losses: list | None = None  # (step, loss) of every step so far
+    losses: list | None = None  # (step, mean loss since the previous log line) at every log line
+    total_steps: int = 0  # the schedule's length (fixed once known, so a resume keeps the same schedule)
+    tokens: int = 0  # target tokens trained on so far (real tokens of the packed rows, all ranks)
+    curve: list | None = None  # held-out learning-curve points
 
     def as_dict(self) -> dict:
         return {"step": self.step, "epoch": self.epoch, "cursor": self.cursor, "elapsed_s": self.elapsed_s,
-                "losses": self.losses or []}
+                "losses": self.losses or [], "total_steps": self.total_steps, "tokens": self.tokens,
+                "curve": self.curve or []}
 
 
 def save_checkpoint(root: Path | str, drafter, optimizer, cod_generator: torch.Generator, state: TrainState,
@@ -99,4 +103,5 @@ def load_checkpoint(folder: Path | str, drafter, optimizer, cod_generator: torch
     if "cuda" in blob["rng"] and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(blob["rng"]["cuda"])
     s = meta["state"]
-    return TrainState(s["step"], s["epoch"], s["cursor"], s["elapsed_s"], [tuple(x) for x in s["losses"]])
+    return TrainState(s["step"], s["epoch"], s["cursor"], s["elapsed_s"], [tuple(x) for x in s["losses"]],
+                      s.get("total_steps", 0), s.get("tokens", 0), s.get("curve", []))

@@ -119,3 +119,50 @@ def sample_elements(length: int, loss_mask: torch.Tensor, cfg: CODConfig,
         parts_l.append(torch.ones(cand.numel(), dtype=torch.bool))
         parents = cand
     return Elements(torch.cat(parts_a), torch.cat(parts_d), torch.cat(parts_l))
+
+
+# ------------------------------------------------------------------ packed rows
+def packed_quotas(row_len: int, cfg: CODConfig, loss_fraction: float = 1.0) -> list[int]:
+    """Elements per depth for a packed row of ``row_len`` tokens: fixed, so shapes never change.
+
+    Depth 0 keeps every token (each is context for later ones). Deeper depths keep about
+    ``n · max(r**d, r_min)`` as above, with ``n = row_len · loss_fraction`` standing for the
+    row's loss-bearing anchors (``pack.loss_fraction`` measures it on the data once).
+
+    >>> packed_quotas(100, CODConfig(num_depths=4, ratio=0.5, ratio_min=0.2), loss_fraction=0.8)
+    [100, 40, 20, 16]
+    """
+    if not 0.0 < loss_fraction <= 1.0:
+        raise ValueError(f"loss_fraction={loss_fraction} is out of range; expected (0, 1]")
+    n = row_len * loss_fraction
+    return [row_len] + [max(1, min(row_len, math.ceil(n * max(cfg.ratio ** d, cfg.ratio_min) - 1e-9)))
+                        for d in range(1, cfg.num_depths)]
+
+
+def sample_packed(label_valid, batch: int, quotas: list[int], generator: torch.Generator | None = None,
+                  device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+    """COD on packed rows with fixed quotas, on the device, without a host synchronisation.
+
+    Depth ``d`` draws ``quotas[d]`` of the depth ``d-1`` survivors, preferring those whose
+    depth-``d`` label exists (``label_valid``) and choosing at random among equals, so every
+    kept chain is complete, as in :func:`sample_elements`. Within a depth, anchors ascend.
+
+    Args:
+        label_valid: ``f(anchor [B, n], depth) -> [B, n] bool``, whether the element has a label.
+        batch: rows ``B``; ``quotas[0]`` is the row length (depth 0 = every token).
+        generator: the random generator (on ``device``).
+
+    Returns:
+        ``(anchor, depth)``, each ``[B, Σ quotas]`` int64, depth-major.
+    """
+    T = quotas[0]
+    prev = torch.arange(T, device=device).expand(batch, T)
+    anchors, depths = [prev], [torch.zeros(batch, T, dtype=torch.long, device=device)]
+    for d, q in enumerate(quotas[1:], start=1):
+        if q > prev.shape[1]:
+            raise ValueError(f"quotas={quotas} must not grow with depth (depth {d} keeps {q} of {prev.shape[1]})")
+        priority = torch.rand(prev.shape, generator=generator, device=device) + 2.0 * label_valid(prev, d)
+        prev = prev.gather(1, priority.topk(q, dim=1).indices).sort(dim=1).values
+        anchors.append(prev)
+        depths.append(torch.full_like(prev, d))
+    return torch.cat(anchors, 1), torch.cat(depths, 1)

@@ -143,3 +143,37 @@ def eagle3_step(drafter, tb: TargetBatch, cfg: Eagle3TrainConfig, generator: tor
     if backward and total.requires_grad:
         total.backward()
     return stats.result(float(total.detach()), computed)
+
+
+# ------------------------------------------------------------------ packed rows
+def packed_unroll(drafter, rows, taps: torch.Tensor, ttt_steps: int, attn_mask) -> list[torch.Tensor]:
+    """The TTT unroll over packed rows: every token is an anchor, every step has a fixed shape.
+
+    Step ``j`` of anchor ``a`` reads token ``x[a+j+1]`` (0 past the end of its sequence) at
+    position ``pos[a] + j`` and predicts token ``a + j + 2``; its attention is
+    ``mask.ttt_mod`` over the first ``(j+1)·T`` keys, so a query touches the context blocks
+    and its own chain's diagonal blocks, never the other anchors' drafts.
+
+    Args:
+        drafter: the ``Drafter``.
+        rows: the batch's ``pack.PackedRows``.
+        taps: the target's taps.  # [B, T, 3H]
+        attn_mask: ``mask.ttt_mod`` built for ``ttt_steps · T`` keys.
+
+    Returns:
+        One pre-norm output ``[B, T, H]`` per step.
+    """
+    from .mask import truncate_keys
+
+    B, T = rows.input_ids.shape
+    anchor = torch.arange(T, device=rows.input_ids.device).expand(B, T)
+    cache = ChainKV(drafter.config.num_hidden_layers)
+    slots = torch.zeros(B, T, dtype=torch.long, device=anchor.device)  # ChainKV ignores them
+    hidden = drafter.fc(taps.to(drafter.dtype))
+    out = []
+    for j in range(ttt_steps):
+        hidden = drafter(rows.token_ahead(anchor, j + 1), hidden, rows.positions + j, cache=cache,
+                         slot_mapping=slots, attn_mask=truncate_keys(attn_mask, (j + 1) * T),
+                         return_logits=False).hidden
+        out.append(hidden)
+    return out

@@ -110,24 +110,31 @@ def model_card(summary: dict, reports: list[AcceptanceReport], data_card: dict |
     method = cfg.get("method", "?")
     nan = float("nan")
     budget = cfg.get("time_budget_s")
-    steps = f"{get('steps', '?')} steps " + (f"(a {budget:.0f} s time budget; the cosine followed the clock)"
-                                             if budget else f"of {cfg.get('steps', '?')} planned")
-    depth = (f"K_train {cfg.get('k_train')} depths, COD r = {cfg.get('cod_ratio')}, "
-             f"r_min = {cfg.get('cod_ratio_min')}, {cfg.get('segments')} segment(s) per sequence" if method == "peagle"
-             else f"training-time test: {cfg.get('k_train')} unrolled steps")
+    steps = f"{get('steps', '?')} steps" + (f" (as many as a {budget:.0f} s budget held, timed before training)"
+                                            if budget else "")
+    decay = cfg.get("depth_decay") or (0.8 if method == "eagle3" else 1.0)
+    depth = (f"K_train {cfg.get('k_train')} depths, COD r = {cfg.get('cod_ratio')}, r_min = {cfg.get('cod_ratio_min')}"
+             if method == "peagle" else f"training-time test: {cfg.get('k_train')} unrolled steps")
+    cum = get("cumulative") or {}
+    tokens = (f"- {get('tokens', 0):,} target tokens in this run ({get('tokens_per_s', 0):,.0f} tokens/s on "
+              f"{get('world_size', 1)} × {get('device', '?')}); {cum.get('tokens', get('tokens', 0)):,} token passes "
+              f"in all ({len(cum.get('runs', [])) or 1} run(s)"
+              + (f", warm-started from `{get('warm_start')}`" if get("warm_start") else "") + ")")
     lines = [
         f"# {'P-EAGLE' if method == 'peagle' else 'EAGLE-3'} head for {get('target', 'the target')} "
         f"({get('num_hidden_layers', '?')} layer(s))", "",
         f"Trained with peagle_lab (`peagle-lab train --method {method}`), speculators format. Draft vocabulary "
         f"{get('draft_vocab_size', '?')} tokens (covers {100 * get('vocab_coverage', 0):.1f}% of training assistant "
-        "tokens).", "",
+        "tokens; labels outside it carry no loss).", "",
         "## Training", "",
-        f"- {steps}; wall time {get('wall_s', 0):.0f} s on {get('device', '?')} (torch {get('torch', '?')})",
-        f"- batch {cfg.get('batch_size')} sequences ≤ {cfg.get('max_seq_len')} tokens, lr {cfg.get('lr')}, "
-        f"warm-up {cfg.get('warmup_steps')} + cosine, seed {cfg.get('seed')}",
-        f"- {depth}",
-        f"- loss (soft cross-entropy vs the target, draft vocabulary): first {get('first_loss', nan):.3f}, last "
-        f"{get('last_loss', nan):.3f} (mean of the last 20 steps); held-out {get('heldout_loss') or nan:.3f}",
+        f"- {steps}; wall time {get('wall_s', 0):.0f} s (torch {get('torch', '?')})",
+        tokens,
+        f"- batch {cfg.get('batch_size')} packed rows × {cfg.get('row_len')} tokens, peak lr {cfg.get('lr')}, "
+        f"{cfg.get('schedule', 'wsd')} schedule (warm-up {cfg.get('warmup_fraction')}, decay "
+        f"{cfg.get('decay_fraction')} of the steps), seed {cfg.get('seed')}",
+        f"- {depth}; depth d weighs {decay}^d in the loss",
+        f"- loss (soft cross-entropy vs the target, draft vocabulary): first log line {get('first_loss', nan):.3f}, "
+        f"last {get('last_loss', nan):.3f}; held-out {get('heldout_loss') or nan:.3f}",
         "- per-depth top-1 agreement with the target at the end: "
         + ", ".join(f"{a:.2f}" for a in get("depth_acc", [])), ""]
     if data_card:

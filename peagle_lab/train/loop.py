@@ -1,21 +1,27 @@
-"""The training loop: AdamW, warm-up + cosine, bf16 autocast, JSONL log, checkpoints, callbacks.
+"""The training loop: packed rows, one compiled step, AdamW on a WSD schedule, DDP, checkpoints.
 
-``Trainer`` owns the target (frozen), the drafter and the data. Each step it collates a
-batch, runs the target once (``targets.py``), calls the method's step (``eagle3_step`` or
-``peagle_step``: loss and backward), clips, steps AdamW at the scheduled learning rate, and
-tells its callbacks. Nothing in here knows about widgets or plots: notebooks subscribe
-``on_step`` / ``on_eval`` / ``on_checkpoint`` (a ``Callback``), the CLI draws a tqdm bar.
+``Trainer`` owns the frozen target, the drafter and the data. Each epoch packs the training
+sequences into rows of ``row_len`` tokens (``pack.py``); each step takes ``batch_size`` rows
+(over all ranks), runs the target once, builds the method's elements and masks
+(``objective.StepBuilder``), and calls ``objective.DraftObjective``: under torchrun it is
+wrapped in ``DistributedDataParallel``, on CUDA it is ``torch.compile``d (falling back to
+eager, loudly, if compilation fails). Shapes never change and nothing in a step waits for
+the host, which is what makes the step fast; the host reads numbers only at log lines
+(every ``log_every`` steps), evaluations and checkpoints.
 
-Reproducibility: the data order is a function of ``(seed, epoch)``, COD draws from its
-own generator, and both, with the optimiser and the step, are in every checkpoint; on a
-CPU a resumed run ends with the same weights as an uninterrupted one (unless
-``time_budget_s`` is set: then the schedule follows the wall clock).
+The learning rate follows ``schedule.Schedule`` over ``total_steps``: ``steps``, or, with a
+time budget, as many steps as the budget holds, measured by timing a few steps first.
+
+Callbacks (``Callback``) get one call per log line, evaluation and checkpoint; notebooks
+draw from them, the CLI prints them. Reproducibility: the rows of an epoch are a function of
+``(seed, epoch)``, COD draws from a generator reseeded per (step, rank), and a checkpoint
+holds the weights, the optimiser, the data position and the schedule's length, so a
+resumed run ends with the same weights as an uninterrupted one (bit for bit on a CPU).
 """
 from __future__ import annotations
 
 import contextlib
 import json
-import math
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -26,13 +32,16 @@ import torch
 from ..config import DRAFTER_METHODS, check_choice, check_int
 from .checkpoint import TrainState, latest_checkpoint, load_checkpoint, save_checkpoint
 from .cod import CODConfig
-from .eagle3 import Eagle3TrainConfig, eagle3_step
-from .loss import StepResult
-from .peagle import PEagleTrainConfig, peagle_step
-from .targets import collate, compute_targets
+from .dist import DistInfo, all_reduce_min, all_reduce_sum, barrier
+from .loss import StepResult, stats_result
+from .objective import DraftObjective, StepBuilder
+from .pack import PackedRows, epoch_rows, loss_fraction, pack_examples
+from .schedule import Schedule
+from .targets import packed_targets
 from .vocab import draft_to_target_ids
 
-RESUME_MUST_MATCH = ("method", "k_train", "batch_size", "max_seq_len", "seed", "segments", "cod_ratio", "cod_ratio_min")
+RESUME_MUST_MATCH = ("method", "k_train", "batch_size", "row_len", "seed", "cod_ratio", "cod_ratio_min",
+                     "depth_decay")
 
 
 @dataclass(frozen=True)
@@ -40,106 +49,87 @@ class TrainConfig:
     """Everything a training run depends on (the drafter's shape comes with the drafter)."""
 
     method: str = "peagle"  # "eagle3" (TTT unroll) or "peagle" (COD, one parallel pass)
-    steps: int = 1000  # optimiser steps (the cosine schedule ends here)
+    steps: int = 1000  # optimiser steps (unless time_budget_s decides them)
+    time_budget_s: float | None = None  # train this long, compile and timing included; steps are then measured
     lr: float = 1e-3  # peak learning rate
-    warmup_steps: int = 50
-    min_lr_ratio: float = 0.05  # the cosine decays to lr * min_lr_ratio
+    schedule: str = "wsd"  # "wsd" (warm-up / stable / decay) or "cosine"
+    warmup_fraction: float = 0.02  # share of the steps spent warming up
+    decay_fraction: float = 0.2  # wsd: share of the steps spent decaying
+    min_lr_ratio: float = 0.05  # the schedule ends at lr * min_lr_ratio
     weight_decay: float = 0.0
     grad_clip: float = 1.0  # max global gradient norm; 0 disables clipping
-    batch_size: int = 16  # sequences per step
-    max_seq_len: int = 512  # longer sequences are cut
+    batch_size: int = 16  # packed rows per step, over all ranks
+    row_len: int = 512  # tokens per packed row (longer sequences are cut)
     k_train: int = 8  # P-EAGLE: depths K_train; EAGLE-3: unrolled TTT steps
     cod_ratio: float = 0.7  # P-EAGLE COD r
     cod_ratio_min: float = 0.2  # P-EAGLE COD r_min
-    segments: int = 1  # P-EAGLE sequence partitioning S
+    depth_decay: float | None = None  # depth d weighs depth_decay**d; None: 0.8 for EAGLE-3, 1.0 for P-EAGLE
     seed: int = 0
-    log_every: int = 10  # JSONL log lines (callbacks get every step)
+    log_every: int = 10  # log lines and callbacks (the only per-step host reads)
     ckpt_every: int = 200  # 0: only the final checkpoint
     keep_checkpoints: int = 2
-    eval_every: int = 0  # held-out loss + acceptance every N steps; 0: only at the end
-    eval_at_end: bool = True
+    eval_every: int = 0  # a held-out learning-curve point every N steps (teacher-forced); 0: at the end only
+    eval_at_end: bool = True  # acceptance with the real engine at the end (rank 0)
     eval_ks: tuple[int, ...] = (3, 5, 7)
     eval_prompts: int = 64
     eval_max_new_tokens: int = 128
     eval_concurrency: int = 64
-    heldout_batches: int = 4  # batches of held-out sequences for the held-out loss
+    heldout_rows: int = 16  # packed held-out rows behind every learning-curve point
     amp: str = "auto"  # "auto" (bf16 autocast on CUDA), "bf16" or "off"
-    time_budget_s: float | None = None  # stop (and finish the cosine) after this much training time
+    compile: str = "auto"  # torch.compile the step: "auto" (on CUDA), "on" or "off"
+    calibration_steps: int = 6  # timed steps (no update) that turn time_budget_s into a step count
 
     def __post_init__(self) -> None:
         check_choice("method", self.method, DRAFTER_METHODS)
         check_choice("amp", self.amp, ("auto", "bf16", "off"))
-        for name, lo in (("steps", 1), ("warmup_steps", 0), ("batch_size", 1), ("max_seq_len", 4), ("k_train", 1),
-                         ("segments", 1), ("seed", 0), ("log_every", 1), ("ckpt_every", 0), ("keep_checkpoints", 1),
-                         ("eval_every", 0), ("eval_prompts", 1), ("eval_max_new_tokens", 1),
-                         ("eval_concurrency", 1), ("heldout_batches", 0)):
+        check_choice("compile", self.compile, ("auto", "on", "off"))
+        for name, lo in (("steps", 1), ("batch_size", 1), ("row_len", 4), ("k_train", 1), ("seed", 0),
+                         ("log_every", 1), ("ckpt_every", 0), ("keep_checkpoints", 1), ("eval_every", 0),
+                         ("eval_prompts", 1), ("eval_max_new_tokens", 1), ("eval_concurrency", 1),
+                         ("heldout_rows", 0), ("calibration_steps", 2)):
             check_int(name, getattr(self, name), lo)
-        for name, lo, hi in (("lr", 0.0, 1.0), ("min_lr_ratio", 0.0, 1.0), ("weight_decay", 0.0, 1.0),
-                             ("grad_clip", 0.0, 1e6)):
+        for name, lo, hi in (("lr", 0.0, 1.0), ("weight_decay", 0.0, 1.0), ("grad_clip", 0.0, 1e6)):
             v = getattr(self, name)
             if not lo <= v <= hi:
                 raise ValueError(f"{name}={v} is out of range; expected [{lo}, {hi}]")
+        if self.depth_decay is not None and not 0.0 < self.depth_decay <= 1.0:
+            raise ValueError(f"depth_decay={self.depth_decay} is out of range; expected (0, 1] (or None)")
         if not self.eval_ks or any(not 1 <= k <= 16 for k in self.eval_ks):
             raise ValueError(f"eval_ks={self.eval_ks} must be non-empty, each in [1, 16]")
         if self.time_budget_s is not None and self.time_budget_s <= 0:
             raise ValueError(f"time_budget_s={self.time_budget_s} must be > 0 (or None)")
-        CODConfig(self.k_train, self.cod_ratio, self.cod_ratio_min)  # validates r and r_min
+        self.lr_schedule  # validates the schedule fields
+        self.cod  # validates r and r_min
 
-    def method_config(self) -> Eagle3TrainConfig | PEagleTrainConfig:
-        """The method's own config (TTT steps, or COD + segments) built from these fields."""
-        if self.method == "eagle3":
-            return Eagle3TrainConfig(ttt_steps=self.k_train)
-        return PEagleTrainConfig(CODConfig(self.k_train, self.cod_ratio, self.cod_ratio_min), self.segments)
+    @property
+    def lr_schedule(self) -> Schedule:
+        return Schedule(self.schedule, self.warmup_fraction, self.decay_fraction, self.min_lr_ratio)
 
-    def lr_at(self, progress: float, step: int) -> float:
-        """Linear warm-up over ``warmup_steps`` (at most steps/5), then cosine to ``lr·min_lr_ratio``.
+    @property
+    def cod(self) -> CODConfig:
+        """P-EAGLE's depths and ratios (EAGLE-3 uses only ``num_depths`` = TTT steps)."""
+        return CODConfig(self.k_train, self.cod_ratio, self.cod_ratio_min)
 
-        ``progress`` in [0, 1] drives the cosine: ``step / steps``, or the share of the time
-        budget used when that is further along.
+    @property
+    def decay(self) -> float:
+        """The depth weight's base: the configured one, else 0.8 (EAGLE-3's public recipes) or 1."""
+        if self.depth_decay is not None:
+            return self.depth_decay
+        return 0.8 if self.method == "eagle3" else 1.0
 
-        >>> c = TrainConfig(steps=100, lr=1.0, warmup_steps=10, min_lr_ratio=0.0)
-        >>> [round(c.lr_at(s / 100, s), 3) for s in (0, 5, 10, 55, 100)]
-        [0.1, 0.6, 1.0, 0.5, 0.0]
-        """
-        warmup = min(self.warmup_steps, self.steps // 5)  # a short run keeps most of its steps at full lr
-        if step < warmup:
-            return self.lr * (step + 1) / warmup
-        w = warmup / self.steps
-        t = min(max((progress - w) / max(1.0 - w, 1e-9), 0.0), 1.0)
-        return self.lr * (self.min_lr_ratio + (1 - self.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * t)))
-
-
-@torch.no_grad()
-def heldout_loss(target, drafter, examples: list, cfg: TrainConfig, amp=None) -> StepResult:
-    """The training objective on the first ``cfg.heldout_batches`` batches of ``examples``.
-
-    COD draws from a fixed seed, so the number is comparable across a run's evaluations.
-    Per-depth agreement is pooled over the batches; ``depth_loss`` is left empty.
-    """
-    step_fn = eagle3_step if cfg.method == "eagle3" else peagle_step
-    draft_ids, g, B = draft_to_target_ids(drafter), torch.Generator().manual_seed(12345), cfg.batch_size
-    was_training = drafter.training
-    drafter.eval()
-    results = []
-    for s in range(0, min(len(examples), B * cfg.heldout_batches), B):
-        tb = compute_targets(target, collate(examples[s:s + B], cfg.max_seq_len, target.device), draft_ids)
-        results.append(step_fn(drafter, tb, cfg.method_config(), g, backward=False, amp=amp))
-    drafter.train(was_training)
-    n = sum(r.num_loss for r in results)
-    counts = [sum(r.depth_count[d] for r in results) for d in range(len(results[0].depth_acc))]
-    depth_acc = [sum(r.depth_acc[d] * r.depth_count[d] for r in results) / max(c, 1) for d, c in enumerate(counts)]
-    return StepResult(sum(r.loss * r.num_loss for r in results) / max(n, 1), (), tuple(depth_acc), tuple(counts),
-                      0, n)
+    def lr_at(self, step: int, total_steps: int) -> float:
+        """The learning rate of 0-based ``step`` in a run of ``total_steps`` (``schedule.Schedule``)."""
+        return self.lr_schedule.lr(self.lr, step, total_steps)
 
 
 class Callback:
     """Subscribe to a run: override any of these (they default to doing nothing)."""
 
     def on_step(self, metrics: dict) -> None:
-        """After every optimiser step: step, loss, lr, grad_norm, depth_loss, depth_acc, timings."""
+        """At every log line: step, loss and per-depth numbers averaged since the previous line."""
 
     def on_eval(self, metrics: dict) -> None:
-        """After every evaluation: held-out loss and acceptance reports."""
+        """After every evaluation: a learning-curve point, and at the end the engine's acceptance."""
 
     def on_checkpoint(self, path: Path) -> None:
         """After a checkpoint folder is complete."""
@@ -160,32 +150,37 @@ class FnCallback(Callback):
 
 
 class PrintEvery(Callback):
-    """One plain line every ``every`` steps and per evaluation: logs where a bar would be noise."""
-
-    def __init__(self, every: int, total: int) -> None:
-        self.every, self.total = every, total
+    """One plain line per log line and evaluation: logs where a bar would be noise."""
 
     def on_step(self, m: dict) -> None:
-        if m["step"] % self.every == 0 or m["step"] == 1:
-            acc = " ".join(f"{a:.2f}" for a in m["depth_acc"])
-            print(f"step {m['step']}/{self.total} loss {m['loss']:.4f} lr {m['lr']:.2e} "
-                  f"{1000 * m['step_s']:.0f} ms/step {m['elapsed_s']:.0f} s | top-1 by depth {acc}", flush=True)
+        acc = " ".join(f"{a:.2f}" for a in m["depth_acc"])
+        print(f"step {m['step']}/{m['total_steps']} loss {m['loss']:.4f} lr {m['lr']:.2e} "
+              f"{1000 * m['step_s']:.0f} ms/step {m['tokens_per_s']:.0f} tok/s {m['elapsed_s']:.0f} s | "
+              f"top-1 by depth {acc}", flush=True)
 
     def on_eval(self, m: dict) -> None:
-        als = ", ".join(f"K={r['k']}: {r['acceptance_length']:.2f}" for r in m["acceptance"])
-        print(f"eval at step {m['step']}: held-out loss {m['heldout_loss']}, AL {als}", flush=True)
+        if m.get("acceptance"):
+            als = ", ".join(f"K={r['k']}: {r['acceptance_length']:.2f}" for r in m["acceptance"])
+            print(f"engine eval at step {m['step']}: AL {als}", flush=True)
+        else:
+            acc = " ".join(f"{a:.2f}" for a in m["depth_acc"])
+            print(f"held-out at step {m['step']} ({m['tokens']:.3g} tokens): loss {m['loss']:.4f}, "
+                  f"top-1 by depth {acc}", flush=True)
 
 
 @dataclass
 class TrainResult:
-    """What ``Trainer.run`` returns: steps, wall time, losses, the last step and the final eval."""
+    """What ``Trainer.run`` returns."""
 
     steps: int
     wall_s: float
     first_loss: float
-    last_loss: float  # mean of the last 20 steps
-    last: StepResult | None
-    eval: dict = field(default_factory=dict)  # the final held-out loss and acceptance reports
+    last_loss: float  # the last log line's loss
+    last: StepResult | None  # the last log interval's per-depth numbers
+    eval: dict = field(default_factory=dict)  # the engine's acceptance reports at the end
+    curve: list = field(default_factory=list)  # held-out learning-curve points
+    tokens: int = 0  # target tokens trained on in this run folder (all ranks)
+    tokens_per_s: float = 0.0  # training throughput after compilation (all ranks)
 
 
 class Trainer:
@@ -193,173 +188,328 @@ class Trainer:
 
     Args:
         target: the frozen target ``LlamaModel`` (on the training device).
-        drafter: a ``Drafter`` in float32 on the same device, with its draft vocabulary set.
-        train / heldout: ``data.Example`` lists (held-out: held-out loss and acceptance).
+        drafter: a float32 ``Drafter`` on the same device, with its draft vocabulary set.
+        train / heldout: ``data.Example`` lists (held-out: the learning curve and the final eval).
         cfg: the ``TrainConfig``.
-        out_dir: log, checkpoints and results go here.
-        callbacks: ``Callback`` objects to notify.
+        out_dir: log, checkpoints and results go here (rank 0 writes them).
+        callbacks: ``Callback`` objects to notify (rank 0 only).
+        dist: this process's rank and device (``dist.init_distributed``); default: a world of one.
     """
 
     def __init__(self, target, drafter, train: list, cfg: TrainConfig, out_dir: Path | str, heldout: list = (),
-                 callbacks: Iterable[Callback] = (), progress: bool = True) -> None:
+                 callbacks: Iterable[Callback] = (), progress: bool = True, dist: DistInfo | None = None) -> None:
         if not train:
             raise ValueError("no training examples")
         if drafter.config.method != cfg.method:
             raise ValueError(f"the drafter is {drafter.config.method!r}, the config trains {cfg.method!r}")
+        self.dist = dist or DistInfo(device=target.device)
+        if cfg.batch_size % self.dist.world_size:
+            raise ValueError(f"batch_size={cfg.batch_size} rows must divide among {self.dist.world_size} ranks")
         self.target, self.drafter, self.train, self.heldout = target.eval(), drafter, list(train), list(heldout)
         self.cfg, self.out = cfg, Path(out_dir)
-        self.callbacks, self.progress = list(callbacks), progress
+        self.callbacks, self.progress = list(callbacks), progress and self.dist.is_main
         self.device = target.device
+        self.rank_batch = cfg.batch_size // self.dist.world_size
         self.amp = torch.bfloat16 if cfg.amp == "bf16" or (cfg.amp == "auto" and self.device.type == "cuda") else None
+        cuda = self.device.type == "cuda"
         self.opt = torch.optim.AdamW(drafter.parameters(), lr=cfg.lr, betas=(0.9, 0.95),
-                                     weight_decay=cfg.weight_decay)
-        self.cod_gen = torch.Generator().manual_seed(cfg.seed)
+                                     weight_decay=cfg.weight_decay, fused=cuda)
+        self.cod_gen = torch.Generator(device=self.device)
         self.draft_ids = draft_to_target_ids(drafter)
-        self.state = TrainState(losses=[])
-        self._epoch: tuple[int, list[list[int]]] | None = None  # (epoch, its batches), built once per epoch
-        self.step_fn = eagle3_step if cfg.method == "eagle3" else peagle_step
-        self.method_cfg = cfg.method_config()
+        self.state = TrainState(losses=[], curve=[])
+        self._rows: tuple[int, PackedRows, torch.Tensor] | None = None  # (epoch, rows on device, tokens per row)
+        first = pack_examples(self.train[: 4096], cfg.row_len)
+        self.builder = StepBuilder(cfg.method, self.rank_batch, cfg.row_len, cfg.cod, cfg.decay,
+                                   loss_fraction(first), self.device, block=cuda)
+        self.objective = DraftObjective(drafter, cfg.k_train)
+        self.compiled = cfg.compile == "on" or (cfg.compile == "auto" and cuda)
+        self._build_step_fns()
 
-    # ------------------------------------------------------------------ data
-    def epoch_batches(self, epoch: int) -> list[list[int]]:
-        """The batches of ``epoch``: a seeded shuffle, length-sorted within windows of 32 batches."""
-        g = torch.Generator().manual_seed(self.cfg.seed * 1_000_003 + epoch)
-        order = torch.randperm(len(self.train), generator=g).tolist()
-        B, window = self.cfg.batch_size, self.cfg.batch_size * 32
-        batches = []
-        for w in range(0, len(order), window):
-            chunk = sorted(order[w:w + window], key=lambda i: len(self.train[i].input_ids))
-            batches += [chunk[i:i + B] for i in range(0, len(chunk), B)]
-        perm = torch.randperm(len(batches), generator=g).tolist()  # similar lengths together, order random
-        return [batches[i] for i in perm]
+    # ------------------------------------------------------------------ the step
+    def _build_step_fns(self) -> None:
+        module = self.objective
+        if self.dist.distributed:
+            from torch.nn.parallel import DistributedDataParallel as DDP
 
-    def next_batch(self) -> list[int]:
-        """The next batch's example indices; advances the data position (epoch, cursor)."""
-        if self._epoch is None or self._epoch[0] != self.state.epoch:
-            self._epoch = (self.state.epoch, self.epoch_batches(self.state.epoch))
-        if self.state.cursor >= len(self._epoch[1]):
-            self.state.epoch, self.state.cursor = self.state.epoch + 1, 0
-            self._epoch = (self.state.epoch, self.epoch_batches(self.state.epoch))
-        self.state.cursor += 1
-        return self._epoch[1][self.state.cursor - 1]
+            module = DDP(self.objective, device_ids=[self.device] if self.device.type == "cuda" else None,
+                         broadcast_buffers=False)
+        self.loss_fn, self.target_fn = module, packed_targets
+        if self.compiled:
+            self.loss_fn, self.target_fn = torch.compile(module), torch.compile(packed_targets)
+        self._eager_module = module
 
     def autocast(self):
-        """The forward passes' autocast context (bf16 on CUDA by default, else nothing)."""
+        """The drafter's autocast context (bf16 on CUDA by default, else nothing)."""
         if self.amp is None:
             return contextlib.nullcontext()
         return torch.autocast(self.device.type, dtype=self.amp)
 
-    def batch_step(self, examples: list, backward: bool, generator: torch.Generator) -> StepResult:
-        """Collate, run the target, then the method's step (with or without backward)."""
-        tokens = collate(examples, self.cfg.max_seq_len, self.device)
-        tb = compute_targets(self.target, tokens, self.draft_ids)
-        return self.step_fn(self.drafter, tb, self.method_cfg, generator, backward=backward, amp=self.autocast)
+    def forward(self, rows: PackedRows, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(Σ weight·ce, per-depth sums [4, K], global weight)`` of one batch of this rank's rows."""
+        mask = self.builder.target_mask(rows)
+        targets = self.target_fn(self.target, rows.input_ids, rows.positions, mask, self.draft_ids, self.drafter.t2d)
+        inp = self.builder.inputs(rows, targets, generator)
+        norm = all_reduce_sum(inp.weight.sum().detach().clone())
+        with self.autocast():
+            loss, stats = self.loss_fn(rows.input_ids, rows.positions, rows.doc, rows.loss_mask, targets.taps,
+                                       targets.probs, targets.argmax, inp.anchor, inp.depth, inp.label_row,
+                                       inp.valid, inp.weight, inp.mask)
+        return loss, stats, norm
+
+    def train_step(self, rows: PackedRows, lr: float | None, generator: torch.Generator):
+        """Forward, backward, clip and (with an ``lr``) an AdamW step; returns (stats, grad norm) on the device."""
+        loss, stats, norm = self.forward(rows, generator)
+        (loss * self.dist.world_size / norm.clamp(min=1e-6)).backward()
+        params = [p for p in self.drafter.parameters() if p.grad is not None]
+        clip = self.cfg.grad_clip if self.cfg.grad_clip > 0 else float("inf")
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, clip, foreach=True)
+        if lr is not None:
+            for g in self.opt.param_groups:
+                g["lr"] = lr
+            self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
+        return stats, grad_norm
+
+    def _guarded_step(self, rows: PackedRows, lr: float | None, generator: torch.Generator):
+        """The first step compiles; if compilation fails, say so and carry on eagerly."""
+        try:
+            return self.train_step(rows, lr, generator)
+        except (torch.OutOfMemoryError, KeyboardInterrupt):
+            raise
+        except Exception as e:  # noqa: BLE001 - any compiler failure: eager still trains correctly
+            if not self.compiled:
+                raise
+            self._log({"event": "compile_failed", "error": f"{type(e).__name__}: {e}"[:2000]})
+            print(f"torch.compile failed ({type(e).__name__}: {str(e)[:300]}); training eagerly", flush=True)
+            self.compiled = False
+            self.opt.zero_grad(set_to_none=True)
+            self.loss_fn, self.target_fn = self._eager_module, packed_targets
+            return self.train_step(rows, lr, generator)
+
+    def seed_step(self, step: int) -> torch.Generator:
+        """COD's generator for ``step`` on this rank (reseeded, so a resume needs no RNG state)."""
+        return self.cod_gen.manual_seed((self.cfg.seed * 1_000_003 + step) * 1009 + self.dist.rank)
+
+    # ------------------------------------------------------------------ data
+    def epoch(self, epoch: int) -> tuple[PackedRows, torch.Tensor]:
+        """Epoch ``epoch``'s rows on the device and their real-token counts (host), built once."""
+        if self._rows is None or self._rows[0] != epoch:
+            rows = epoch_rows(self.train, self.cfg.row_len, self.cfg.seed, epoch)
+            if len(rows) < self.cfg.batch_size:
+                raise ValueError(f"the training data packs into {len(rows)} rows of {self.cfg.row_len} tokens, "
+                                 f"fewer than batch_size={self.cfg.batch_size}; lower batch_size or row_len")
+            self._rows = (epoch, rows.to(self.device), (rows.doc >= 0).sum(1))
+        return self._rows[1], self._rows[2]
+
+    def next_rows(self) -> tuple[PackedRows, int]:
+        """This rank's rows for the next step, and the step's real tokens over all ranks."""
+        rows, tokens = self.epoch(self.state.epoch)
+        per_epoch = len(rows) // self.cfg.batch_size
+        if self.state.cursor >= per_epoch:
+            self.state.epoch, self.state.cursor = self.state.epoch + 1, 0
+            rows, tokens = self.epoch(self.state.epoch)
+        start = self.state.cursor * self.cfg.batch_size
+        self.state.cursor += 1
+        mine = start + self.dist.rank * self.rank_batch
+        return rows.rows(mine, mine + self.rank_batch), int(tokens[start:start + self.cfg.batch_size].sum())
 
     # ------------------------------------------------------------------ loop
     def run(self, resume: bool = False) -> TrainResult:
-        """Train until ``steps`` (or the time budget); resume from the latest checkpoint if asked."""
+        """Train for ``total_steps`` (or the time budget); resume from the latest checkpoint if asked."""
         from tqdm.auto import tqdm
 
         cfg, conf = self.cfg, asdict(self.cfg)
-        self.out.mkdir(parents=True, exist_ok=True)
+        t_start = time.monotonic()
+        self._open(resume, conf)
+        if not self.state.total_steps:
+            self.state.total_steps = self._calibrate(t_start) if cfg.time_budget_s else cfg.steps
+            self._log({"event": "schedule", "total_steps": self.state.total_steps, "time_budget_s": cfg.time_budget_s})
+        total, elapsed0 = self.state.total_steps, self.state.elapsed_s
+        bar = tqdm(total=total, initial=self.state.step, desc=f"train {cfg.method}", disable=not self.progress)
+        acc = torch.zeros(4, cfg.k_train, device=self.device)
+        gn_sum = torch.zeros((), device=self.device)
+        last, interval = None, [time.monotonic(), 0, 0]  # start, steps, tokens since the last log line
+        t_loop = time.monotonic()
+        tokens0 = self.state.tokens
+        while self.state.step < total:
+            rows, tokens = self.next_rows()
+            step = self.state.step
+            stats, grad_norm = self._guarded_step(rows, cfg.lr_at(step, total), self.seed_step(step))
+            acc += stats
+            gn_sum += grad_norm
+            self.state.step += 1
+            self.state.tokens += tokens
+            interval[1] += 1
+            interval[2] += tokens
+            bar.update(1)
+            if self.state.step == 1:
+                t_loop, tokens0 = time.monotonic(), self.state.tokens  # compilation ends with the first step
+            if self.state.step % cfg.log_every == 0 or self.state.step == total:
+                last = self._log_line(acc, gn_sum, interval, elapsed0 + time.monotonic() - t_start, bar)
+                acc.zero_()
+                gn_sum.zero_()
+                interval = [time.monotonic(), 0, 0]
+            if cfg.eval_every and self.state.step % cfg.eval_every == 0 and self.state.step < total:
+                self.curve_point()
+            if cfg.ckpt_every and self.state.step % cfg.ckpt_every == 0:
+                self.checkpoint(elapsed0 + time.monotonic() - t_start)
+            if cfg.time_budget_s and time.monotonic() - t_start > 1.15 * cfg.time_budget_s + 60:
+                self._log({"event": "time_budget_overrun", "step": self.state.step})
+                break
+        bar.close()
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()
+        loop_s = time.monotonic() - t_loop
+        wall = elapsed0 + time.monotonic() - t_start
+        self.curve_point()
+        self.checkpoint(wall)
+        losses = [l for _, l in self.state.losses]
+        tps = (self.state.tokens - tokens0) / loop_s if loop_s > 0 and self.state.step > 1 else 0.0
+        result = TrainResult(self.state.step, wall, losses[0] if losses else float("nan"),
+                             losses[-1] if losses else float("nan"), last, curve=list(self.state.curve),
+                             tokens=self.state.tokens, tokens_per_s=tps)
+        if cfg.eval_at_end and self.heldout and self.dist.is_main:
+            result.eval = self.evaluate()
+        barrier()
+        self._log({"event": "end", "step": self.state.step, "wall_s": wall, "last_loss": result.last_loss,
+                   "tokens": self.state.tokens, "tokens_per_s": tps})
+        return result
+
+    def _open(self, resume: bool, conf: dict) -> None:
         ckpt_root = self.out / "checkpoints"
         found = latest_checkpoint(ckpt_root) if resume else None
         if found is not None:
-            self.state = load_checkpoint(found, self.drafter, self.opt, self.cod_gen, conf, RESUME_MUST_MATCH)
-            self._trim_log(self.state.step)
+            self.state = load_checkpoint(found, self.drafter, self.opt, torch.Generator(), conf, RESUME_MUST_MATCH)
+            if self.dist.is_main:
+                self._trim_log(self.state.step)
             self._log({"event": "resume", "step": self.state.step, "from": found.name})
-        else:
-            if latest_checkpoint(ckpt_root) is not None:
-                raise ValueError(f"{self.out} already holds checkpoints; resume them (resume=True / --resume) "
-                                 "or train into a new folder")
+            return
+        if latest_checkpoint(ckpt_root) is not None:
+            raise ValueError(f"{self.out} already holds checkpoints; resume them (resume=True / --resume) "
+                             "or train into a new folder")
+        barrier()  # every rank has looked before rank 0 starts writing
+        if self.dist.is_main:
+            self.out.mkdir(parents=True, exist_ok=True)
             (self.out / "log.jsonl").unlink(missing_ok=True)
-            self._log({"event": "start", "config": conf, "params": sum(p.numel() for p in self.drafter.parameters())})
-        t_start, elapsed0 = time.monotonic(), self.state.elapsed_s
-        bar = tqdm(total=cfg.steps, initial=self.state.step, desc=f"train {cfg.method}", disable=not self.progress)
-        last = None
-        while self.state.step < cfg.steps:
-            elapsed = elapsed0 + time.monotonic() - t_start
-            progress = self.state.step / cfg.steps
-            if cfg.time_budget_s:
-                if elapsed >= cfg.time_budget_s:
-                    self._log({"event": "time_budget", "step": self.state.step, "elapsed_s": elapsed})
-                    break
-                progress = max(progress, elapsed / cfg.time_budget_s)
-            lr = cfg.lr_at(progress, self.state.step)
-            for g in self.opt.param_groups:
-                g["lr"] = lr
+        self._log({"event": "start", "config": conf, "world_size": self.dist.world_size, "compiled": self.compiled,
+                   "params": sum(p.numel() for p in self.drafter.parameters()),
+                   "elements_per_row": self.builder.num_elements, "quotas": self.builder.quotas})
+
+    def _calibrate(self, t_start: float) -> int:
+        """Time a few steps without updating anything; the step count the time budget holds."""
+        cfg = self.cfg
+        rows, _ = self.next_rows()
+        self.state.cursor -= 1  # the calibration batch is trained on again later
+        times = []
+        for i in range(cfg.calibration_steps):
             t0 = time.monotonic()
-            self.drafter.train()
-            last = self.batch_step([self.train[i] for i in self.next_batch()], True, self.cod_gen)
-            params = [p for p in self.drafter.parameters() if p.grad is not None]
-            clip = cfg.grad_clip if cfg.grad_clip > 0 else float("inf")
-            grad_norm = float(torch.nn.utils.clip_grad_norm_(params, clip))
-            self.opt.step()
-            self.opt.zero_grad(set_to_none=True)
-            self.state.step += 1
-            self.state.losses.append((self.state.step, last.loss))
-            m = {"step": self.state.step, "loss": last.loss, "lr": lr, "grad_norm": grad_norm,
-                 "epoch": self.state.epoch,
-                 "step_s": time.monotonic() - t0, "elapsed_s": elapsed0 + time.monotonic() - t_start,
-                 "depth_loss": list(last.depth_loss), "depth_acc": list(last.depth_acc), "elements": last.num_elements}
-            if self.state.step % cfg.log_every == 0 or self.state.step == 1:
-                self._log(m)
+            self._guarded_step(rows, None, self.seed_step(0))
+            if self.device.type == "cuda":
+                torch.cuda.synchronize()
+            times.append(time.monotonic() - t0)
+        per_step = sorted(times[1:])[len(times[1:]) // 2]  # the median, compilation excluded
+        left = cfg.time_budget_s - (time.monotonic() - t_start)
+        # Held-out points, log lines and checkpoints take their share too: keep 5 % in hand.
+        steps = max(1, int(0.95 * left / per_step))
+        steps = int(all_reduce_min(float(steps)))
+        self._log({"event": "calibration", "step_s": per_step, "first_step_s": times[0], "steps": steps})
+        return steps
+
+    def _log_line(self, acc: torch.Tensor, gn_sum: torch.Tensor, interval: list, elapsed: float, bar) -> StepResult:
+        all_reduce_sum(acc)
+        res = stats_result(acc, interval[1] * self.rank_batch * self.builder.num_elements)
+        dt = time.monotonic() - interval[0]
+        self.state.losses.append((self.state.step, res.loss))
+        m = {"step": self.state.step, "total_steps": self.state.total_steps, "loss": res.loss,
+             "lr": self.cfg.lr_at(self.state.step - 1, self.state.total_steps),
+             "grad_norm": float(gn_sum) / max(interval[1], 1), "epoch": self.state.epoch,
+             "step_s": dt / max(interval[1], 1), "tokens_per_s": interval[2] / dt if dt > 0 else 0.0,
+             "tokens": self.state.tokens, "elapsed_s": elapsed, "depth_loss": list(res.depth_loss),
+             "depth_acc": list(res.depth_acc), "depth_count": list(res.depth_count)}
+        self._log(m)
+        if self.dist.is_main:
             for cb in self.callbacks:
                 cb.on_step(m)
-            bar.update(1)
-            bar.set_postfix(loss=f"{last.loss:.3f}", acc0=f"{last.depth_acc[0]:.2f}" if last.depth_acc else "")
-            if cfg.eval_every and self.state.step % cfg.eval_every == 0 and self.state.step < cfg.steps:
-                self.evaluate()
-            if cfg.ckpt_every and self.state.step % cfg.ckpt_every == 0:
-                self.checkpoint(elapsed0 + time.monotonic() - t_start)
-        bar.close()
-        wall = elapsed0 + time.monotonic() - t_start
-        self.checkpoint(wall)
-        losses = [l for _, l in self.state.losses]
-        result = TrainResult(self.state.step, wall, losses[0] if losses else float("nan"),
-                             sum(losses[-20:]) / len(losses[-20:]) if losses else float("nan"), last)
-        if cfg.eval_at_end and self.heldout:
-            result.eval = self.evaluate()
-        self._log({"event": "end", "step": self.state.step, "wall_s": wall, "last_loss": result.last_loss})
-        return result
+        bar.set_postfix(loss=f"{res.loss:.3f}", acc0=f"{res.depth_acc[0]:.2f}")
+        return res
 
-    def checkpoint(self, elapsed: float) -> Path:
-        """Save a checkpoint now (``elapsed``: training seconds so far); fires ``on_checkpoint``."""
-        self.state.elapsed_s = elapsed
-        path = save_checkpoint(self.out / "checkpoints", self.drafter, self.opt, self.cod_gen, self.state,
-                               asdict(self.cfg), self.cfg.keep_checkpoints)
-        self._log({"event": "checkpoint", "step": self.state.step, "path": path.name})
-        for cb in self.callbacks:
-            cb.on_checkpoint(path)
-        return path
-
+    # ------------------------------------------------------------------ evaluation
     @torch.no_grad()
-    def heldout_loss(self) -> StepResult | None:
-        """The loss on the held-out split (``heldout_loss`` below); None without held-out data."""
-        if not self.heldout or not self.cfg.heldout_batches:
+    def heldout_stats(self) -> StepResult | None:
+        """Teacher-forced loss and per-depth top-1 agreement on the first ``heldout_rows`` held-out rows.
+
+        COD draws from a fixed seed, so points of one run are comparable; every rank scores its
+        share of the rows and the sums are combined.
+        """
+        if not self.heldout or not self.cfg.heldout_rows:
             return None
-        return heldout_loss(self.target, self.drafter, self.heldout, self.cfg, self.autocast)
+        rows = pack_examples(self.heldout, self.cfg.row_len)
+        rows = rows.rows(0, min(len(rows), self.cfg.heldout_rows))
+        B, world = self.rank_batch, self.dist.world_size
+        acc = torch.zeros(4, self.cfg.k_train, device=self.device)
+        was_training = self.drafter.training
+        self.drafter.eval()
+        for i, start in enumerate(range(self.dist.rank * B, len(rows), B * world)):
+            batch = _pad_rows(rows.rows(start, start + B), B).to(self.device)
+            acc += self.forward(batch, self.cod_gen.manual_seed(12345 + i))[1]
+        self.drafter.train(was_training)
+        all_reduce_sum(acc)
+        return stats_result(acc, 0)
+
+    def curve_point(self) -> dict | None:
+        """Record one learning-curve point (step, tokens, held-out loss, per-depth agreement)."""
+        res = self.heldout_stats()
+        if res is None:
+            return None
+        expected, run = [], 1.0
+        for a in res.depth_acc:  # acceptance at draft position i ≈ product of agreements before it
+            run *= a
+            expected.append(run)
+        m = {"event": "curve", "step": self.state.step, "tokens": self.state.tokens, "loss": res.loss,
+             "depth_acc": list(res.depth_acc), "expected_per_position": expected}
+        if self.state.curve and self.state.curve[-1]["step"] == self.state.step:
+            return self.state.curve[-1]
+        self.state.curve.append(m)
+        self._log(m)
+        if self.dist.is_main:
+            for cb in self.callbacks:
+                cb.on_eval(m)
+        return m
 
     def evaluate(self) -> dict:
-        """Held-out loss and acceptance (the real engine, K in ``eval_ks``); fires ``on_eval``."""
+        """Acceptance with the real engine at K in ``eval_ks`` on held-out prompts; fires ``on_eval``."""
         from .evaluate import evaluate_acceptance, heldout_prompts, reports_to_json
 
-        hl = self.heldout_loss()
         prompts = heldout_prompts(self.heldout, self.cfg.eval_prompts)
         reports = evaluate_acceptance(self.target, self.drafter, prompts, self.cfg.eval_ks,
                                       self.cfg.eval_max_new_tokens, self.cfg.eval_concurrency) if prompts else []
-        m = {"event": "eval", "step": self.state.step, "heldout_loss": hl.loss if hl else None,
-             "heldout_depth_acc": list(hl.depth_acc) if hl else None, "acceptance": reports_to_json(reports)}
+        point = self.state.curve[-1] if self.state.curve else {}
+        m = {"event": "eval", "step": self.state.step, "heldout_loss": point.get("loss"),
+             "heldout_depth_acc": point.get("depth_acc"), "acceptance": reports_to_json(reports)}
         self._log(m)
         for cb in self.callbacks:
             cb.on_eval(m)
         self.drafter.train()
         return m
 
-    # ------------------------------------------------------------------ log
+    # ------------------------------------------------------------------ checkpoints and log
+    def checkpoint(self, elapsed: float) -> Path:
+        """Save a checkpoint now (``elapsed``: training seconds so far); fires ``on_checkpoint``."""
+        self.state.elapsed_s = elapsed
+        path = self.out / "checkpoints" / f"step-{self.state.step:07d}"
+        if self.dist.is_main:
+            path = save_checkpoint(self.out / "checkpoints", self.drafter, self.opt, torch.Generator(), self.state,
+                                   asdict(self.cfg), self.cfg.keep_checkpoints)
+            self._log({"event": "checkpoint", "step": self.state.step, "path": path.name})
+            for cb in self.callbacks:
+                cb.on_checkpoint(path)
+        barrier()
+        return path
+
     def _log(self, record: dict) -> None:
-        with open(self.out / "log.jsonl", "a") as f:
-            f.write(json.dumps(record, default=str) + "\n")
+        if self.dist.is_main:
+            with open(self.out / "log.jsonl", "a") as f:
+                f.write(json.dumps(record, default=str) + "\n")
 
     def _trim_log(self, step: int) -> None:
         """Drop log lines a killed run wrote after the checkpoint we resume from."""
@@ -368,3 +518,13 @@ class Trainer:
             return
         keep = [line for line in path.read_text().splitlines() if line and json.loads(line).get("step", 0) <= step]
         path.write_text("".join(line + "\n" for line in keep))
+
+
+def _pad_rows(rows: PackedRows, batch: int) -> PackedRows:
+    """``rows`` topped up to ``batch`` rows with empty padding rows (no loss, no labels)."""
+    n = len(rows)
+    if n >= batch:
+        return rows
+    T = rows.row_len
+    pad = lambda t, v: torch.cat([t, torch.full((batch - n, T), v, dtype=t.dtype)])  # noqa: E731
+    return PackedRows(pad(rows.input_ids, 0), pad(rows.positions, 0), pad(rows.doc, -1), pad(rows.loss_mask, False))

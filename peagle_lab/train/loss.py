@@ -97,3 +97,56 @@ def score_rows(drafter, hidden: torch.Tensor, target_logits: torch.Tensor, targe
     with torch.no_grad():
         stats.add(depth, ce, drafter.to_target_ids(logits.argmax(-1)) == target_argmax)
     return ce.sum() / normalizer
+
+
+# ------------------------------------------------------------------ packed rows
+# Fixed shapes: every element is scored, and the weights (0 where an element has no label,
+# or its label lies outside the draft vocabulary) decide what counts. No boolean indexing,
+# so nothing waits for the host to learn how many rows survived.
+
+def packed_scores(drafter, hidden: torch.Tensor, target_probs: torch.Tensor, target_argmax: torch.Tensor,
+                  label_row: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Soft cross-entropy and top-1 agreement of every element of packed rows.
+
+    Args:
+        drafter: the ``Drafter`` (final norm, lm_head, d2t).
+        hidden: the drafter's pre-norm outputs.  # [B, n, H]
+        target_probs: the target's distribution on the draft vocabulary per row token.  # [B, T, Vd]
+        target_argmax: the target's argmax over the full vocabulary (target ids).  # [B, T]
+        label_row: which token's distribution each element learns.  # [B, n], in [0, T)
+
+    Returns:
+        ``(ce [B, n] float32, correct [B, n] bool)``; meaningless where an element has no label.
+    """
+    B, n, _ = hidden.shape
+    T = target_probs.shape[1]
+    flat = (label_row + T * torch.arange(B, device=label_row.device)[:, None]).reshape(-1)
+    probs = target_probs.reshape(B * T, -1).index_select(0, flat)  # [B·n, Vd]
+    logits = drafter.lm_head(drafter.norm(hidden)).float().reshape(B * n, -1)  # [B·n, Vd]
+    ce = -(probs * torch.log_softmax(logits, -1)).sum(-1).view(B, n)
+    with torch.no_grad():
+        correct = drafter.to_target_ids(logits.argmax(-1)).view(B, n) == target_argmax.gather(1, label_row)
+    return ce, correct
+
+
+def packed_stats(depth: torch.Tensor, num_depths: int, valid: torch.Tensor, correct: torch.Tensor,
+                 weight: torch.Tensor, ce: torch.Tensor) -> torch.Tensor:
+    """Per-depth sums ``[4, K]``: labelled elements, correct ones, Σ weight·ce, Σ weight.
+
+    Agreement counts every labelled element (also those whose label the draft vocabulary
+    lacks: a drafter cannot get those right, and at inference they are rejected too).
+    """
+    with torch.no_grad():
+        vals = torch.stack([valid.float(), (valid & correct).float(), weight * ce.detach(), weight])  # [4, B, n]
+        out = torch.zeros(4, num_depths, device=ce.device, dtype=torch.float32)
+        return out.index_add_(1, depth.reshape(-1), vals.reshape(4, -1))
+
+
+def stats_result(stats: torch.Tensor, num_elements: int) -> StepResult:
+    """A ``StepResult`` from summed :func:`packed_stats` (one host sync)."""
+    s = stats.double().cpu()
+    count, correct, wce, w = s
+    loss = float(wce.sum() / w.sum().clamp(min=1e-12))
+    per = lambda x, d: tuple((x / d.clamp(min=1e-12)).tolist())  # noqa: E731
+    return StepResult(loss, per(wce, w), per(correct, count), tuple(int(c) for c in count.tolist()),
+                      num_elements, int(count.sum()))

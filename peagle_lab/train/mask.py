@@ -68,3 +68,75 @@ def chain_mask(anchor_q: torch.Tensor, depth_q: torch.Tensor, anchor_k: torch.Te
     m = chain_visible(anchor_q, depth_q, anchor_k, depth_k) & valid_k[:, None, :]
     m = m | ~m.any(-1, keepdim=True)
     return m[:, None]
+
+
+# ------------------------------------------------------------------ packed rows
+# The same rule for fixed-shape packed rows (``pack.py``), written as flex-attention
+# ``mask_mod`` functions: ``mod(b, h, q, kv) -> bool`` for one (query, key) pair. On a GPU
+# they become block-sparse masks (``create_block_mask``: blocks nobody can see are skipped,
+# so a deep query pays for the keys it sees, not for the whole row); on a CPU, where flex
+# attention has no backward, the same functions are materialised as dense boolean masks.
+# The tensors they close over are read when the mask is built, so a trainer keeps one set
+# of buffers (and one function each) and refreshes the buffers in place every step.
+
+def doc_causal_mod(doc: torch.Tensor):
+    """Causal attention inside each sequence of a packed row (the target's, EAGLE-3's step 0).
+
+    Args:
+        doc: sequence index of every token, -1 on padding.  # [B, T]
+    """
+    def mod(b, h, q, kv):
+        return (kv <= q) & (doc[b, q] == doc[b, kv])
+    return mod
+
+
+def chain_mod(anchor: torch.Tensor, depth: torch.Tensor, doc: torch.Tensor):
+    """The chain rule for P-EAGLE elements of packed rows (one pass, all depths).
+
+    Args:
+        anchor / depth: each element's anchor token index and depth.  # [B, M]
+        doc: the sequence of each element's anchor.  # [B, M]
+    """
+    def mod(b, h, q, kv):
+        aq, ak = anchor[b, q], anchor[b, kv]
+        context = (depth[b, kv] == 0) & (ak <= aq) & (doc[b, kv] == doc[b, q])
+        own_chain = (ak == aq) & (depth[b, kv] <= depth[b, q])
+        return context | own_chain
+    return mod
+
+
+def ttt_mod(doc: torch.Tensor):
+    """The chain rule for EAGLE-3's training-time test on packed rows of ``T`` tokens.
+
+    Queries are one unroll step's ``T`` anchors; keys are every step so far, step-major
+    (key ``s·T + a`` is step ``s`` of anchor ``a``, as ``eagle3.ChainKV`` stacks them). Step 0
+    keys are the context (causal inside the sequence); a later step's key is visible only to
+    its own anchor. The function serves every step: step ``j`` uses the first ``(j+1)·T`` keys.
+
+    Args:
+        doc: sequence index of every token, -1 on padding.  # [B, T]
+    """
+    T = doc.shape[1]
+
+    def mod(b, h, q, kv):
+        a = kv % T
+        context = (kv < T) & (a <= q) & (doc[b, a] == doc[b, q])
+        return context | ((kv >= T) & (a == q))
+    return mod
+
+
+def build_mask(mod, batch: int, q_len: int, kv_len: int, device: torch.device | str, block: bool):
+    """``mod`` as a flex ``BlockMask`` (``block``, GPU training) or a dense ``[B, 1, Q, KV]`` bool."""
+    from torch.nn.attention.flex_attention import create_block_mask, create_mask
+
+    if block:
+        return create_block_mask(mod, batch, None, q_len, kv_len, device=device,
+                                 _compile=torch.device(device).type == "cuda")
+    return create_mask(mod, batch, 1, q_len, kv_len, device=device)
+
+
+def truncate_keys(mask, kv_len: int):
+    """The first ``kv_len`` keys of a mask from :func:`build_mask` (EAGLE-3's earlier steps)."""
+    if isinstance(mask, torch.Tensor):
+        return mask[..., :kv_len]
+    return mask._adjust(mask.shape[-2], kv_len)

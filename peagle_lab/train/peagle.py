@@ -134,3 +134,32 @@ def peagle_step(drafter, tb: TargetBatch, cfg: PEagleTrainConfig, generator: tor
         total += loss.detach()
         computed += int(sb.valid.sum())
     return stats.result(float(total), computed)
+
+
+# ------------------------------------------------------------------ packed rows
+def packed_forward(drafter, rows, taps: torch.Tensor, anchor: torch.Tensor, depth: torch.Tensor,
+                   attn_mask) -> torch.Tensor:
+    """The parallel pass over the COD elements of packed rows (``cod.sample_packed``).
+
+    The depth-0 block is every token of the row in order, so its hidden states are
+    ``fc(taps)`` as they stand; every deeper element is a mask slot with ``shared_hidden``.
+
+    Args:
+        drafter: a P-EAGLE ``Drafter``.
+        rows: the batch's ``pack.PackedRows``.
+        taps: the target's taps.  # [B, T, 3H]
+        anchor / depth: the elements, depth-major.  # [B, M]
+        attn_mask: ``mask.chain_mod`` built for these elements.
+
+    Returns:
+        The drafter's pre-norm output per element.  # [B, M, H]
+    """
+    B, T = rows.input_ids.shape
+    M = anchor.shape[1]
+    tokens = torch.where(depth == 0, rows.token_ahead(anchor, 1),
+                         torch.full_like(anchor, drafter.config.mask_token_id))
+    context = drafter.fc(taps.to(drafter.dtype))  # [B, T, H]
+    shared = drafter.shared_hidden().to(context.dtype)
+    hidden = torch.cat([context, shared.expand(B, M - T, shared.shape[-1])], 1)  # [B, M, H]
+    positions = rows.positions.gather(1, anchor) + depth
+    return drafter(tokens, hidden, positions, attn_mask=attn_mask, return_logits=False).hidden

@@ -164,3 +164,32 @@ class TargetCache:
         with torch.no_grad():
             logits, argmax = logits_from_hidden(lm_head, hidden, draft_ids.to(dev))
         return TargetBatch(tokens, taps, logits, argmax)
+
+
+@dataclass(frozen=True)
+class PackedTargets:
+    """The target's view of packed rows (``pack.PackedRows``); row t predicts token t+1."""
+
+    taps: torch.Tensor  # [B, T, 3H] model dtype
+    probs: torch.Tensor  # [B, T, Vd] float32: softmax of the target's logits on the draft vocabulary
+    argmax: torch.Tensor  # [B, T] int64 argmax over the full vocabulary (target ids)
+    in_vocab: torch.Tensor  # [B, T] bool: that argmax is in the draft vocabulary
+
+
+@torch.no_grad()
+def packed_targets(target, input_ids: torch.Tensor, positions: torch.Tensor, attn_mask, draft_ids: torch.Tensor,
+                   t2d: torch.Tensor) -> PackedTargets:
+    """Run the frozen target over packed rows (attention kept inside each sequence by ``attn_mask``).
+
+    Args:
+        target: a ``LlamaModel``.
+        input_ids / positions: the rows.  # [B, T]
+        attn_mask: ``mask.doc_causal_mod`` built for these rows (dense or block).
+        draft_ids: target ids of the draft vocabulary.  # [Vd]
+        t2d: which target ids the draft vocabulary holds.  # [V] bool
+    """
+    out = target(input_ids, positions, return_logits=False, attn_mask=attn_mask)
+    full = target.lm_head(out.hidden)  # [B, T, V]
+    argmax = full.argmax(-1)
+    probs = torch.softmax(full.index_select(-1, draft_ids).float(), -1)
+    return PackedTargets(out.taps, probs, argmax, t2d[argmax])
