@@ -140,7 +140,8 @@ def packed_quotas(row_len: int, cfg: CODConfig, loss_fraction: float = 1.0) -> l
 
 
 def sample_packed(label_valid, batch: int, quotas: list[int], generator: torch.Generator | None = None,
-                  device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+                  device: torch.device | str = "cpu", rows: tuple[int, int] | None = None
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
     """COD on packed rows with fixed quotas, on the device, without a host synchronisation.
 
     Depth ``d`` draws ``quotas[d]`` of the depth ``d-1`` survivors, preferring those whose
@@ -151,6 +152,9 @@ def sample_packed(label_valid, batch: int, quotas: list[int], generator: torch.G
         label_valid: ``f(anchor [B, n], depth) -> [B, n] bool``, whether the element has a label.
         batch: rows ``B``; ``quotas[0]`` is the row length (depth 0 = every token).
         generator: the random generator (on ``device``).
+        rows: ``(offset, global_rows)``: these ``batch`` rows are rows ``offset..`` of a global batch
+            (DDP); the draws are made for the whole global batch and sliced, so a row gets the same
+            elements whatever the number of ranks.
 
     Returns:
         ``(anchor, depth)``, each ``[B, Σ quotas]`` int64, depth-major.
@@ -161,7 +165,9 @@ def sample_packed(label_valid, batch: int, quotas: list[int], generator: torch.G
     for d, q in enumerate(quotas[1:], start=1):
         if q > prev.shape[1]:
             raise ValueError(f"quotas={quotas} must not grow with depth (depth {d} keeps {q} of {prev.shape[1]})")
-        priority = torch.rand(prev.shape, generator=generator, device=device) + 2.0 * label_valid(prev, d)
+        offset, total = rows or (0, batch)
+        draw = torch.rand(total, prev.shape[1], generator=generator, device=device)[offset:offset + batch]
+        priority = draw + 2.0 * label_valid(prev, d)
         prev = prev.gather(1, priority.topk(q, dim=1).indices).sort(dim=1).values
         anchors.append(prev)
         depths.append(torch.full_like(prev, d))

@@ -234,6 +234,12 @@ class Trainer:
             module = DDP(self.objective, device_ids=[self.device] if self.device.type == "cuda" else None,
                          broadcast_buffers=False)
         self.loss_fn, self.target_fn = module, packed_targets
+        if self.compiled or self.device.type == "cuda":
+            # One graph per shape is expected (TTT steps, the target, held-out batches, flex kernels):
+            # more than dynamo's default of 8 specialisations, none of them a recompile storm.
+            for name in ("recompile_limit", "cache_size_limit"):
+                if hasattr(torch._dynamo.config, name):
+                    setattr(torch._dynamo.config, name, max(getattr(torch._dynamo.config, name), 64))
         if self.compiled:
             self.loss_fn, self.target_fn = torch.compile(module), torch.compile(packed_targets)
         self._eager_module = module
@@ -248,7 +254,7 @@ class Trainer:
         """``(Σ weight·ce, per-depth sums [4, K], global weight)`` of one batch of this rank's rows."""
         mask = self.builder.target_mask(rows)
         targets = self.target_fn(self.target, rows.input_ids, rows.positions, mask, self.draft_ids, self.drafter.t2d)
-        inp = self.builder.inputs(rows, targets, generator)
+        inp = self.builder.inputs(rows, targets, generator, self.dist.rank, self.dist.world_size)
         norm = all_reduce_sum(inp.weight.sum().detach().clone())
         with self.autocast():
             loss, stats = self.loss_fn(rows.input_ids, rows.positions, rows.doc, rows.loss_mask, targets.taps,
@@ -287,8 +293,8 @@ class Trainer:
             return self.train_step(rows, lr, generator)
 
     def seed_step(self, step: int) -> torch.Generator:
-        """COD's generator for ``step`` on this rank (reseeded, so a resume needs no RNG state)."""
-        return self.cod_gen.manual_seed((self.cfg.seed * 1_000_003 + step) * 1009 + self.dist.rank)
+        """COD's generator for ``step`` (reseeded, so a resume needs no RNG state; the same on every rank)."""
+        return self.cod_gen.manual_seed(self.cfg.seed * 1_000_003 + step)
 
     # ------------------------------------------------------------------ data
     def epoch(self, epoch: int) -> tuple[PackedRows, torch.Tensor]:
@@ -434,7 +440,6 @@ class Trainer:
         return res
 
     # ------------------------------------------------------------------ evaluation
-    @torch.no_grad()
     def heldout_stats(self) -> StepResult | None:
         """Teacher-forced loss and per-depth top-1 agreement on the first ``heldout_rows`` held-out rows.
 
@@ -447,12 +452,16 @@ class Trainer:
         rows = rows.rows(0, min(len(rows), self.cfg.heldout_rows))
         B, world = self.rank_batch, self.dist.world_size
         acc = torch.zeros(4, self.cfg.k_train, device=self.device)
-        was_training = self.drafter.training
-        self.drafter.eval()
-        for i, start in enumerate(range(self.dist.rank * B, len(rows), B * world)):
-            batch = _pad_rows(rows.rows(start, start + B), B).to(self.device)
-            acc += self.forward(batch, self.cod_gen.manual_seed(12345 + i))[1]
-        self.drafter.train(was_training)
+        # A single process scores through the training graph itself (its outputs are dropped, no
+        # backward): a no-grad call would compile a second graph. DDP expects a backward after
+        # every forward with gradients, so there the scoring runs without them.
+        grad = torch.no_grad() if self.dist.distributed else contextlib.nullcontext()
+        n = -(-len(rows) // (B * world))  # every rank runs the same number of batches
+        with grad:
+            for i in range(n):
+                start = i * B * world + self.dist.rank * B
+                batch = _pad_rows(rows.rows(start, start + B), B).to(self.device)
+                acc += self.forward(batch, self.cod_gen.manual_seed(12345 + i))[1].detach()
         all_reduce_sum(acc)
         return stats_result(acc, 0)
 

@@ -103,12 +103,18 @@ class StepBuilder:
         self.doc.copy_(rows.doc)
         return build_mask(self.target_mod, self.B, self.T, self.T, self.device, self.block)
 
-    def inputs(self, rows: PackedRows, targets: PackedTargets, generator: torch.Generator | None) -> StepInputs:
-        """Elements, labels, weights and the drafter's mask (call :meth:`target_mask` first)."""
+    def inputs(self, rows: PackedRows, targets: PackedTargets, generator: torch.Generator | None,
+               rank: int = 0, world_size: int = 1) -> StepInputs:
+        """Elements, labels, weights and the drafter's mask (call :meth:`target_mask` first).
+
+        COD's draws are made for all ``world_size`` ranks' rows and sliced to this rank's, so a
+        global batch trains the same elements on any number of ranks (``generator`` is seeded
+        the same on every rank).
+        """
         B, T = self.B, self.T
         if self.method == "peagle":
             anchor, depth = sample_packed(lambda a, d: rows.label_valid(a, d + 2), B, self.quotas, generator,
-                                          self.device)
+                                          self.device, rows=(rank * B, world_size * B))
         else:
             anchor = torch.arange(T, device=self.device).repeat(self.K).expand(B, -1)
             depth = torch.arange(self.K, device=self.device).repeat_interleave(T).expand(B, -1)

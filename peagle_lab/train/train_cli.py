@@ -185,6 +185,7 @@ def add_eval_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--concurrency", type=int, default=128)
     p.add_argument("--workloads", default="",
                    help="also measure on benchmark workloads no training saw, e.g. 'chat,code' (comma-separated)")
+    p.add_argument("--workload-ks", default="3,7", help="the K values measured on --workloads")
 
 
 def _baseline_tps(target, prompts: list, max_new_tokens: int, concurrency: int) -> float:
@@ -228,21 +229,24 @@ def run_eval(args) -> int:
     for run in map(Path, args.run):
         summary = json.loads((run / "summary.json").read_text())
         drafter = load_head(run / "head", target, dtype=torch.float32, device=target.device)
-        conf = {**summary["config"], "eval_ks": tuple(summary["config"]["eval_ks"]), "compile": "off"}
-        cfg = TrainConfig(**{k: v for k, v in conf.items() if k in TrainConfig.__dataclass_fields__})
-        # Held-out loss and agreement through the training objective itself (no update is made).
-        held = Trainer(target, drafter, heldout, cfg, run / "eval-tmp", heldout, progress=False).heldout_stats()
-        summary.update(heldout_loss=held.loss, heldout_depth_acc=list(held.depth_acc))
+        if not summary.get("curve"):  # training recorded none: score the held-out rows now
+            conf = {**summary["config"], "eval_ks": tuple(summary["config"]["eval_ks"]), "compile": "off",
+                    "heldout_rows": summary["config"].get("heldout_rows") or 16}
+            cfg = TrainConfig(**{k: v for k, v in conf.items() if k in TrainConfig.__dataclass_fields__})
+            held = Trainer(target, drafter, heldout, cfg, run, heldout, progress=False).heldout_stats()
+            summary.update(heldout_loss=held.loss, heldout_depth_acc=list(held.depth_acc))
         reports = evaluate_acceptance(target, drafter, prompts, ks, args.eval_max_new_tokens, args.concurrency)
         summary.update(acceptance=reports_to_json(reports), eval_device=str(target.device),
                        eval_command=command_line(args), baseline_tps=baseline_tps, eval_concurrency=args.concurrency)
+        wks = tuple(int(k) for k in args.workload_ks.split(","))
         summary["workloads"] = {name: reports_to_json(evaluate_acceptance(
-            target, drafter, wp, ks, args.eval_max_new_tokens, args.concurrency)) for name, wp in workloads.items()}
+            target, drafter, wp, wks, args.eval_max_new_tokens, args.concurrency)) for name, wp in workloads.items()}
         export = Path(args.export) / run.name
         save_head(drafter, export, dtype=dtype, card=model_card(summary, reports, data_card))
         (export / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
         print(f"{run.name}: {summary['method']}, {summary['num_hidden_layers']} layer(s), {summary['steps']} steps, "
-              f"held-out loss {held.loss:.3f}, {len(prompts)} held-out prompts (plain decoding: {baseline_tps:.0f} tok/s)")
+              f"held-out loss {summary['heldout_loss']:.3f}, {len(prompts)} held-out prompts "
+              f"(plain decoding: {baseline_tps:.0f} tok/s)")
         print(reports_table(reports), flush=True)
         for name, rows in summary["workloads"].items():
             print(f"{name}: " + ", ".join(f"K={r['k']} AL {r['acceptance_length']:.3f}" for r in rows), flush=True)
