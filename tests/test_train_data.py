@@ -1,16 +1,19 @@
-"""Data synthesis: benchmark prompts never enter, the card is honest, shards are verified."""
+"""Data synthesis: benchmark prompts never enter, most data is greedy, two-turn examples train only their last
+turn, the card is honest, shards are verified."""
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections import Counter
 
 import pytest
+import torch
 
 from peagle_lab.chat import encode_chat
 from peagle_lab.testing import CHAT_PROMPTS, tiny_target
 from peagle_lab.train import data as data_mod
-from peagle_lab.train.data import DataConfig, load_split, split_groups, synthesize
-from peagle_lab.train.prompts import StdlibFunction, normalize_prompt
+from peagle_lab.train.data import DataConfig, Example, load_split, split_groups, synthesize
+from peagle_lab.train.prompts import StdlibFunction, normalize_prompt, turn_joints
 from peagle_lab.train.targets import collate
 from peagle_lab.train.tiny import CharTokenizer
 
@@ -21,21 +24,48 @@ MAGPIE = ["Can you suggest a name for my new bakery?", BENCHMARK[0], "  what is 
           "What should I read after finishing Dune?", "How can I learn to juggle three balls?"]
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """The tiny model gains nothing from a second thread, and runs 10x+ slower on cores shared with a neighbour."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+FOLLOW_UP = "Could you explain that again, more simply?"
+
+
+def _stub_sources(mp) -> None:
+    """The tiny random model writes noise, so Magpie and its follow-ups are stubbed with fixed turns that
+    include benchmark prompts (synthesize itself must drop them), and the stdlib with six functions."""
+    mp.setattr(data_mod, "magpie_prompts", lambda *a, **k: (
+        [(t, "math" if i % 2 else "general") for i, t in enumerate(MAGPIE)],
+        {"general": Counter(kept=4), "math": Counter(kept=3)}))
+    mp.setattr(data_mod, "follow_up_turns", lambda target, tok, convs, **k: (
+        [FOLLOW_UP] * len(convs), Counter(kept=len(convs))))
+    mp.setattr(data_mod, "stdlib_functions", lambda mods: [
+        StdlibFunction("m", f"f{i}", "(x)", f"Return x plus {i}.") for i in range(6)])
+
+
+CFG = DataConfig(num_magpie=8, max_code_prompts=12, max_math_prompts=4, max_writing_prompts=4, response_max_tokens=10,
+                 heldout_fraction=0.25, multi_turn_fraction=0.5, concurrency=4, shard_rows=5, seed=3)
+
+
+def _target():
+    """The tiny target, with a quarter of its vocabulary ending a turn so most first replies finish."""
+    return tiny_target(eos_token_id=[2, *range(40, 64)])
+
+
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory):
     mp = pytest.MonkeyPatch()
-    # The tiny random model writes noise, so Magpie is stubbed with fixed turns that include
-    # benchmark prompts; synthesize itself must drop them.
-    mp.setattr(data_mod, "magpie_prompts", lambda *a, **k: (list(MAGPIE), Counter(kept=len(MAGPIE))))
-    mp.setattr(data_mod, "stdlib_functions", lambda mods: [
-        StdlibFunction("m", f"f{i}", "(x)", f"Return x plus {i}.") for i in range(6)])
+    _stub_sources(mp)
     out = tmp_path_factory.mktemp("data")
-    cfg = DataConfig(num_magpie=8, max_code_prompts=12, response_max_tokens=10, heldout_fraction=0.25, concurrency=4,
-                     shard_rows=5, seed=3)
-    card = synthesize(tiny_target(), CharTokenizer(), cfg, out, exclude=BENCHMARK, target_name="tiny", progress=False,
+    card = synthesize(_target(), CharTokenizer(), CFG, out, exclude=BENCHMARK, target_name="tiny", progress=False,
                       log=lambda *_: None)
     mp.undo()
-    return out, card, cfg
+    return out, card, CFG
 
 
 def test_benchmark_and_demo_prompts_never_enter(dataset):
@@ -51,20 +81,68 @@ def test_heldout_is_disjoint_by_group_and_greedy(dataset):
     train, held = load_split(out, "train"), load_split(out, "heldout")
     assert held and not {r.group for r in train} & {r.group for r in held}
     assert {r.response for r in held} == {"greedy"} and {r.response for r in train} == {"greedy", "sampled"}
-    # every training prompt has one greedy and one sampled response
-    per_prompt = Counter((r.prompt, r.response) for r in train)
-    assert set(per_prompt.values()) == {1} and len(per_prompt) == 2 * len({r.prompt for r in train})
+    assert not any(r.follow_up for r in held)
+
+
+def test_every_prompt_is_greedy_and_a_seeded_quarter_also_sampled(dataset):
+    out, card, cfg = dataset
+    single = [r for r in load_split(out, "train") if not r.follow_up]
+    prompts = {r.prompt for r in single}
+    per_prompt = Counter((r.prompt, r.response) for r in single)
+    assert set(per_prompt.values()) == {1} and {p for p, resp in per_prompt if resp == "greedy"} == prompts
+    sampled = {p for p, resp in per_prompt if resp == "sampled"}
+    assert len(sampled) == round(cfg.sampled_fraction * len(prompts)) == card["responses"]["sampled_prompts"]
+    s = card["splits"]["train"]
+    assert s["greedy_share"] >= 0.7 and s["greedy_token_share"] >= 0.7 and s["greedy_assistant_token_share"] >= 0.7
+    assert s["greedy_share"] == s["by_response"]["greedy"] / s["examples"]
+
+
+def test_two_turn_examples_extend_a_single_turn_one_and_train_only_the_last_turn(dataset):
+    out, card, _ = dataset
+    tok = CharTokenizer()
+    rows = load_split(out, "train")
+    two = [r for r in rows if r.follow_up]
+    assert two and all(r.follow_up == FOLLOW_UP and r.response == "greedy" for r in two)
+    assert card["splits"]["train"]["multi_turn"] == len(two) == card["responses"]["follow_ups"]["kept"]
+    to_user, to_assistant = turn_joints(tok)
+    for r in two:
+        first = next(s for s in rows if s.prompt == r.prompt and s.response == "greedy" and not s.follow_up)
+        assert first.finished and r.input_ids[:len(first.input_ids)] == first.input_ids
+        middle = tok.decode(r.input_ids[len(first.input_ids):r.assistant_start])
+        assert middle.endswith(f"<|im_start|>user\n{FOLLOW_UP}<|im_end|>\n<|im_start|>assistant\n")
+    batch = collate(two, 512)
+    for b, r in enumerate(two):  # the first reply is trained by its single-turn example already
+        assert batch.loss_mask[b].nonzero()[:, 0].tolist() == list(range(r.assistant_start, len(r.input_ids)))
 
 
 def test_loss_mask_covers_only_the_assistant_turn(dataset):
     out, _, _ = dataset
     tok = CharTokenizer()
-    rows = load_split(out, "train")
+    rows = [r for r in load_split(out, "train") if not r.follow_up]
     for r in rows:
         assert r.prompt_ids == encode_chat(tok, r.prompt)  # the prompt part ends with "assistant\n"
     batch = collate(rows, 512)
     for b, r in enumerate(rows):
         assert batch.loss_mask[b].nonzero()[:, 0].tolist() == list(range(r.assistant_start, len(r.input_ids)))
+
+
+def test_sources_and_domains_are_counted(dataset):
+    out, card, cfg = dataset
+    rows = load_split(out, "train") + load_split(out, "heldout")
+    assert {r.source for r in rows} == {"magpie", "code", "math", "writing"}
+    assert {r.domain for r in rows if r.source == "magpie"} == {"general", "math"}
+    assert all(r.domain == r.source for r in rows if r.source != "magpie")
+    src = card["sources"]
+    assert src["math"]["prompts"] == cfg.max_math_prompts and src["writing"]["prompts"] == cfg.max_writing_prompts
+    assert src["magpie"]["by_domain"]["math"] == {"kept": 3} and set(src["magpie"]["domains"]) >= {"general", "math"}
+    assert card["splits"]["train"]["by_domain"]["math"] >= 1
+
+
+def test_a_row_without_the_new_fields_still_loads():
+    old = {"prompt": "p", "source": "magpie", "group": "p", "response": "greedy", "input_ids": [1, 2, 3],
+           "assistant_start": 1, "finished": True}
+    e = Example(**old)
+    assert (e.domain, e.follow_up, e.prompt_ids) == ("", "", [1])
 
 
 def test_card_counts_match_the_shards(dataset):
@@ -79,9 +157,17 @@ def test_card_counts_match_the_shards(dataset):
         assert s["assistant_tokens"] == sum(len(r.input_ids) - r.assistant_start for r in rows)
     assert len(card["shards"]["train"]) > 1  # shard_rows=5 splits it
     assert card["seed"] == 3 and card["config"]["seed"] == 3 and card["config"]["sample_temperature"] == 0.8
+    assert card["world_size"] == 1 and {e["rank"] for s in ("train", "heldout") for e in card["shards"][s]} == {0}
     assert card["sources"]["code"]["functions"] == 6 and "python" in card and "torch" in card
+    tp = card["throughput"]
+    assert [r["rank"] for r in tp["per_rank"]] == [0]
+    assert set(tp["phases"]) == {"magpie", "heldout", "greedy", "follow_up", "multi_turn", "sampled"}
+    assert tp["total"]["tokens"] == sum(p["tokens"] for p in tp["phases"].values()) > 0
+    assistant = card["splits"]["train"]["assistant_tokens"] + card["splits"]["heldout"]["assistant_tokens"]
+    assert tp["total"]["tokens"] == assistant  # Magpie and follow-ups are stubbed: responses are all it generated
+    assert tp["total"]["tokens_per_s"] > 0 and not card["stopped_by_token_target"]
     md = (out / "card.md").read_text()
-    assert f"| train | {card['splits']['train']['examples']} |" in md
+    assert f"| train | {card['splits']['train']['examples']} |" in md and "tok/s" in md
 
 
 def test_tampered_or_incomplete_folders_are_refused(dataset, tmp_path):
@@ -103,12 +189,25 @@ def test_tampered_or_incomplete_folders_are_refused(dataset, tmp_path):
 
 def test_same_seed_same_data(dataset, tmp_path, monkeypatch):
     out, card, cfg = dataset
-    monkeypatch.setattr(data_mod, "magpie_prompts", lambda *a, **k: (list(MAGPIE), Counter(kept=len(MAGPIE))))
-    monkeypatch.setattr(data_mod, "stdlib_functions", lambda mods: [
-        StdlibFunction("m", f"f{i}", "(x)", f"Return x plus {i}.") for i in range(6)])
-    again = synthesize(tiny_target(), CharTokenizer(), cfg, tmp_path, exclude=BENCHMARK, progress=False,
+    _stub_sources(monkeypatch)
+    (tmp_path / "train-r03-00000.jsonl").write_text("stale\n")  # an earlier run's shard is removed
+    again = synthesize(_target(), CharTokenizer(), cfg, tmp_path, exclude=BENCHMARK, progress=False,
                        log=lambda *_: None)
     assert again["shards"] == card["shards"]  # same files, same sha256
+    assert sorted(f.name for f in tmp_path.glob("*.jsonl")) == sorted(
+        e["file"] for s in ("train", "heldout") for e in card["shards"][s])
+
+
+def test_a_token_target_keeps_held_out_and_greedy_first(tmp_path, monkeypatch):
+    _stub_sources(monkeypatch)
+    cfg = dataclasses.replace(CFG, target_tokens=60)
+    card = synthesize(_target(), CharTokenizer(), cfg, tmp_path, exclude=BENCHMARK, progress=False,
+                      log=lambda *_: None)
+    phases = card["throughput"]["phases"]
+    assert card["stopped_by_token_target"] and phases["sampled"]["done"] == 0
+    assert phases["heldout"]["done"] == phases["heldout"]["requests"]  # the held-out split came first
+    assert card["splits"]["train"]["greedy_share"] == 1.0
+    assert 60 <= card["throughput"]["total"]["tokens"] < 60 + cfg.concurrency * cfg.response_max_tokens
 
 
 def test_split_groups_is_seeded():
@@ -120,7 +219,11 @@ def test_split_groups_is_seeded():
 
 @pytest.mark.parametrize("kw, word", [({"concurrency": 0}, "concurrency"), ({"heldout_fraction": 1.0}, "heldout"),
                                       ({"magpie_temperatures": ()}, "magpie_temperatures"),
-                                      ({"time_budget_s": 0}, "time_budget_s")])
+                                      ({"time_budget_s": 0}, "time_budget_s"),
+                                      ({"sampled_fraction": 1.5}, "sampled_fraction=1.5"),
+                                      ({"multi_turn_fraction": -0.1}, "multi_turn_fraction"),
+                                      ({"target_tokens": 0}, "target_tokens=0"),
+                                      ({"max_math_prompts": -1}, "max_math_prompts")])
 def test_config_names_the_bad_value(kw, word):
     with pytest.raises(ValueError, match=word):
         DataConfig(**kw)

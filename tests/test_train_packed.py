@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from peagle_lab.testing import tiny_drafter, tiny_target, token_example as Ex
 from peagle_lab.train.cod import CODConfig, packed_quotas, sample_packed
 from peagle_lab.train.eagle3 import Eagle3TrainConfig, eagle3_step
-from peagle_lab.train.mask import build_mask, chain_mod, chain_visible, doc_causal_mod, ttt_mod
+from peagle_lab.train.mask import build_mask, chain_mod, chain_visible, doc_causal_mod, ttt_masks, ttt_mod
 from peagle_lab.train.objective import DraftObjective, StepBuilder
 from peagle_lab.train.pack import pack_examples
 from peagle_lab.train.peagle import PEagleTrainConfig, peagle_step
@@ -193,3 +193,21 @@ def test_block_masks_match_dense_masks_in_the_forward_pass():
                                                        t.taps, t.probs, t.argmax, inp.anchor, inp.depth,
                                                        inp.label_row, inp.valid, inp.weight, inp.mask)[0])
         torch.testing.assert_close(outs[0], outs[1], atol=1e-3, rtol=1e-4)
+
+
+def test_block_masks_list_every_block_a_query_may_see():
+    """The GPU's block-sparse masks skip only blocks that hold no visible pair (per TTT step too).
+
+    Eager flex attention on a CPU applies ``mask_mod`` everywhere, so a wrong block list would
+    pass the forward test above and silently drop keys on a GPU; this checks the lists themselves.
+    """
+    lengths = [150, 90, 200, 37]
+    rows = pack_examples([Ex(list(range(3, 3 + n)), 5) for n in lengths], 512)
+    T = rows.row_len
+    dense = ttt_masks(rows.doc, ttt_mod(rows.doc), 3, "cpu", block=False)
+    block = ttt_masks(rows.doc, ttt_mod(rows.doc), 3, "cpu", block=True)
+    for d, b in zip(dense, block):
+        need = d[0, 0].reshape(T // 128, 128, -1, 128).any(3).any(1)  # [q blocks, kv blocks]
+        listed = b.to_dense()[0, 0].bool()
+        assert listed.shape == need.shape and torch.equal(listed | need, listed)  # nothing needed is skipped
+        assert listed.sum() < listed.numel()  # and blocks really are skipped

@@ -187,38 +187,18 @@ def attention_mask(positions: torch.Tensor, kv_positions: torch.Tensor, kv_valid
     return m
 
 
-# Query rows up to which a step folds its query heads onto their KV heads (decode and verify
-# steps; prefills keep SDPA's own GQA handling, whose mask needs no copy).
-GROUPED_MAX_ROWS = 64
-
-
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask) -> torch.Tensor:
     """Grouped-query attention of ``q`` [c, nh, T, hd] over ``k``/``v`` [c, nkv, S, hd].
 
     ``mask`` is a boolean ``[c, 1, T, S]`` (True = may attend) or a flex-attention
-    ``BlockMask`` (training: the masks of ``peagle_lab.train.mask`` on a GPU).
-
-    Why not plain ``F.scaled_dot_product_attention(..., enable_gqa=True)``: with an explicit
-    mask no fused kernel takes differing head counts, so SDPA falls back to its math path,
-    which copies every KV head ``nh / nkv`` times and works in float32; at c = 1024 decode
-    requests that copy, not the arithmetic, is the step. For a few query rows it is cheaper
-    to fold the ``g = nh / nkv`` query heads that share a KV head into its rows
-    (``[c, nkv, g·T, hd]``, head ``h`` = kv ``h // g``) and repeat the small mask instead;
-    equal head counts then run on a fused kernel.
+    ``BlockMask`` (training on a GPU: the block-sparse masks of ``peagle_lab.train.mask``,
+    where whole blocks that no query may see are skipped).
     """
     from torch.nn.attention.flex_attention import BlockMask
 
     if isinstance(mask, BlockMask):
         return _flex_attention(q.is_cuda)(q, k, v, block_mask=mask, enable_gqa=True)
-    c, nh, T, hd = q.shape
-    nkv, S = k.shape[1], k.shape[2]
-    g = nh // nkv
-    if g == 1 or T > GROUPED_MAX_ROWS:
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=g > 1)
-    qg = q.reshape(c, nkv, g * T, hd)
-    if mask is not None:
-        mask = mask.expand(c, 1, T, S)[:, :, None].expand(c, 1, g, T, S).reshape(c, 1, g * T, S)
-    return F.scaled_dot_product_attention(qg, k, v, attn_mask=mask).view(c, nh, T, hd)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
 
 
 @functools.cache

@@ -96,7 +96,14 @@ def bench_method(target, method: str, examples: list, *, batch_size: int, row_le
     import tempfile
 
     with tempfile.TemporaryDirectory() as tmp:
-        tr = Trainer(target, drafter, examples, cfg, tmp, progress=False)
+        return _measure(Trainer(target, drafter, examples, cfg, tmp, progress=False), target, drafter, layers,
+                        warmup, steps)
+
+
+def _measure(tr, target, drafter, layers: int, warmup: int, steps: int) -> dict:
+    """Time ``warmup`` untimed and ``steps`` timed training steps of trainer ``tr``; the result row."""
+    cfg = tr.cfg
+    method, k_train, batch_size, row_len = cfg.method, cfg.k_train, cfg.batch_size, cfg.row_len
     cuda = tr.device.type == "cuda"
     if cuda:
         torch.cuda.reset_peak_memory_stats()

@@ -1,97 +1,115 @@
-"""Offline training data: prompts (``prompts.py``) → target responses → sharded JSONL + a data card.
+"""Offline training data: prompts → the target's responses → sharded JSONL + a data card, on 1..N processes.
 
 The paper regenerates every response with the target itself, so the drafter learns the
 target's own continuations. ``synthesize`` does the same with the batched engine:
 
-1. Magpie user turns sampled from the target, filtered, deduplicated; coding prompts from
-   standard-library signatures; every prompt checked against ``Exclusions``;
-2. a held-out split *by prompt group* (all prompts about one stdlib function fall on one
-   side), so the held-out acceptance measures prompts the drafter never saw;
-3. a greedy response for every prompt (what temperature-0 serving produces) and a sampled
-   one for every training prompt (more varied continuations);
-4. ``train-XXXXX.jsonl`` / ``heldout-XXXXX.jsonl`` shards, each written atomically, and last
-   ``card.json`` + ``card.md`` (sources, counts, tokens, seeds, versions, timings), which
-   ``load_split`` requires, so a half-written folder is never read as data.
+1. prompts: Magpie user turns sampled from the target under domain system prompts (each
+   rank samples its share, then all are gathered and deduplicated); coding prompts from
+   standard-library signatures; templated math and writing prompts. Every prompt passes
+   ``Exclusions``.
+2. a held-out split *by prompt group* (all prompts about one stdlib function or one writing
+   task fall on one side), the same on every rank, so held-out acceptance measures prompts
+   the drafter never saw;
+3. each rank takes its shard of the prompts and generates, in this order so that a token
+   target or a time budget cuts the least useful work last: held-out greedy responses; a
+   greedy response for every training prompt (we evaluate greedily, so most data must be
+   greedy); for a seeded ``multi_turn_fraction`` of them a follow-up user turn (Magpie after
+   the conversation) and a greedy second response, with the loss on that last turn only;
+   for a seeded ``sampled_fraction`` a sampled response (more varied continuations);
+4. each rank writes its own shards; rank 0 writes the card last (``data_files``).
 
-A row: ``{"prompt", "source", "group", "response", "input_ids", "assistant_start",
-"finished"}``; ``input_ids[assistant_start:]`` is the assistant's part, the only part with a loss.
+Under ``torchrun`` every process runs ``synthesize``; rank and world come from the process
+group, and without one it is a world of one. For a seed and world size the rows are the same
+on every run on a CPU; on CUDA in bfloat16 a few generated continuations can part ways between
+runs (near-tied logits under the engine's batched kernels: 3 greedy rows of 1,900 on an H200).
 """
 from __future__ import annotations
 
-import json
-import platform
+import math
 import random
-import sys
 import time
+from collections import Counter
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
+from datetime import timedelta
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, NamedTuple
 
-import torch
+import torch.distributed as dist
 
 from ..chat import encode_chat
 from ..config import SpecConfig, check_int
 from ..engine import SpecDecoder
-from ..models.checkpoints import atomic_path, sha256_file, write_json
-from .prompts import STDLIB_MODULES, Exclusions, PromptFilter, code_prompts, magpie_prompts, stdlib_functions
-
-FORMAT = "peagle_lab.data/1"
+from .data_files import (  # noqa: F401  (load_split is re-exported: train.data is its public home)
+    FORMAT, Example, clear_folder, environment, load_split, merge_split_stats, split_stats, throughput_section,
+    write_card, write_split,
+)
+from .dist import shard
+from .prompts import (
+    MAGPIE_DOMAINS, STDLIB_MODULES, Budget, Deduper, Exclusions, PromptFilter, code_prompts, derive_seed,
+    follow_up_turns, join_turn, magpie_prompts, normalize_prompt, stdlib_functions, turn_joints,
+)
+from .prompts_synthetic import math_prompts, writing_prompts
 
 
 @dataclass(frozen=True)
 class DataConfig:
     """How much data ``synthesize`` makes and how (every field lands in the data card)."""
 
-    num_magpie: int = 6144  # user turns sampled (before filtering and deduplication)
+    num_magpie: int = 6144  # user turns sampled over all ranks (before filtering and deduplication)
     magpie_temperatures: tuple[float, ...] = (0.7, 0.9, 1.0)  # cycled over sampling chunks
     magpie_max_tokens: int = 64  # a user turn longer than this is dropped as unfinished
     code_per_function: int = 2  # coding prompts per stdlib function (different templates)
     max_code_prompts: int = 1024
+    max_math_prompts: int = 1024
+    max_writing_prompts: int = 1024
     response_max_tokens: int = 256
-    sample_temperature: float = 0.8  # the sampled response (the other one is greedy)
+    sample_temperature: float = 0.8
+    sampled_fraction: float = 0.25  # training prompts that also get a sampled response (all get a greedy one)
+    multi_turn_fraction: float = 0.15  # training prompts continued by a follow-up turn and a second response
     heldout_fraction: float = 0.04
     heldout_max: int = 256  # prompt groups held out at most
     concurrency: int = 256  # requests the engine decodes together
     shard_rows: int = 4096
     seed: int = 0
     time_budget_s: float | None = None  # stop starting generation chunks after this long
+    # Tokens to generate after the prompts are fixed (responses, follow-up turns), over all ranks;
+    # each rank starts no chunk once it made its share (Magpie's prompt sampling is not counted).
+    target_tokens: int | None = None
 
     def __post_init__(self) -> None:
         check_int("num_magpie", self.num_magpie, 0)
         check_int("magpie_max_tokens", self.magpie_max_tokens, 4, 1024)
         check_int("code_per_function", self.code_per_function, 0, 5)
-        check_int("max_code_prompts", self.max_code_prompts, 0)
+        for name in ("max_code_prompts", "max_math_prompts", "max_writing_prompts", "heldout_max", "seed"):
+            check_int(name, getattr(self, name), 0)
         check_int("response_max_tokens", self.response_max_tokens, 1, 4096)
-        check_int("heldout_max", self.heldout_max, 0)
         check_int("concurrency", self.concurrency, 1, 8192)
         check_int("shard_rows", self.shard_rows, 1)
-        check_int("seed", self.seed, 0)
+        if self.target_tokens is not None:
+            check_int("target_tokens", self.target_tokens, 1)
         if not self.magpie_temperatures or any(not 0.0 < t <= 2.0 for t in self.magpie_temperatures):
             raise ValueError(f"magpie_temperatures={self.magpie_temperatures} must be non-empty, each in (0, 2]")
         if not 0.0 < self.sample_temperature <= 2.0:
             raise ValueError(f"sample_temperature={self.sample_temperature} is out of range; expected (0, 2]")
+        for name in ("sampled_fraction", "multi_turn_fraction"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"{name}={getattr(self, name)} is out of range; expected [0, 1]")
         if not 0.0 <= self.heldout_fraction < 1.0:
             raise ValueError(f"heldout_fraction={self.heldout_fraction} is out of range; expected [0, 1)")
         if self.time_budget_s is not None and self.time_budget_s <= 0:
             raise ValueError(f"time_budget_s={self.time_budget_s} must be > 0 (or None for no budget)")
 
 
-@dataclass(frozen=True)
-class Example:
-    """One training sequence: a chat prompt and the target's response, as token ids."""
+class Prompt(NamedTuple):
+    """What the engine answers: a chat-formatted conversation and what its example records."""
 
-    prompt: str
-    source: str  # "magpie" | "code" | "tiny"
-    group: str  # split unit: the prompt itself, or the stdlib function a coding prompt is about
-    response: str  # "greedy" | "sampled"
-    input_ids: list[int]
-    assistant_start: int  # input_ids[assistant_start:] is the assistant's turn
-    finished: bool  # the response ended with an end-of-turn token
-
-    @property
-    def prompt_ids(self) -> list[int]:
-        """The chat-formatted prompt, generation prompt included (what the engine is given)."""
-        return self.input_ids[: self.assistant_start]
+    text: str
+    source: str
+    group: str
+    ids: list[int]
+    domain: str = ""
+    follow_up: str = ""
 
 
 def split_groups(groups: list[str], fraction: float, max_heldout: int, seed: int) -> set[str]:
@@ -105,174 +123,256 @@ def split_groups(groups: list[str], fraction: float, max_heldout: int, seed: int
     return set(random.Random(seed).sample(distinct, k))
 
 
-def generate_responses(target, prompts: list[tuple[str, str, str, list[int]]], *, temperature: float,
-                       max_new_tokens: int, concurrency: int, seed: int, deadline: float | None = None,
-                       progress: bool = True, desc: str = "responses") -> list[Example]:
-    """Responses of ``target`` to ``(text, source, group, prompt_ids)`` prompts, batched.
+def generate_responses(target, prompts: list[tuple], *, temperature: float, max_new_tokens: int, concurrency: int,
+                       seed: int, budget: Budget | None = None, progress: bool = True,
+                       desc: str = "responses") -> list[Example]:
+    """Responses of ``target`` to ``Prompt`` tuples (or ``(text, source, group, ids)``), batched.
 
-    Chunks are formed in length order (less padding) but the examples come back in the
-    order of ``prompts``; no new chunk starts after ``deadline`` (those prompts are skipped).
+    Chunks are formed in length order (less padding) and chunk ``n`` samples with seed
+    ``seed + n``; the examples come back in the order of ``prompts``. No chunk starts once
+    ``budget`` is exhausted (those prompts are skipped); generated tokens are added to it.
     """
     from tqdm.auto import tqdm
 
+    prompts = [Prompt(*p) for p in prompts]
     eos = tuple(target.config.eos_token_ids)
-    order = sorted(range(len(prompts)), key=lambda i: len(prompts[i][3]))
+    order = sorted(range(len(prompts)), key=lambda i: len(prompts[i].ids))
     done: dict[int, Example] = {}
     for n, start in enumerate(tqdm(range(0, len(order), concurrency), desc=desc, disable=not progress)):
-        if deadline is not None and time.monotonic() > deadline:
+        if budget is not None and budget.exhausted():
             break
         chunk = order[start:start + concurrency]
         cfg = SpecConfig(method="baseline", temperature=temperature, max_new_tokens=max_new_tokens, seed=seed + n)
-        res = SpecDecoder(target, None, cfg).generate([prompts[i][3] for i in chunk], eos_token_ids=eos)
+        res = SpecDecoder(target, None, cfg).generate([prompts[i].ids for i in chunk], eos_token_ids=eos)
         for i, toks in zip(chunk, res.tokens):
-            text, source, group, ids = prompts[i]
-            done[i] = Example(text, source, group, "greedy" if temperature == 0 else "sampled", list(ids) + toks,
-                              len(ids), bool(toks) and toks[-1] in eos)
+            p = prompts[i]
+            if budget is not None:
+                budget.add(len(toks))
+            done[i] = Example(p.text, p.source, p.group, "greedy" if temperature == 0 else "sampled",
+                              list(p.ids) + toks, len(p.ids), bool(toks) and toks[-1] in eos, p.domain, p.follow_up)
     return [done[i] for i in sorted(done)]
 
 
-def write_split(examples: list[Example], out_dir: Path, split: str, shard_rows: int) -> list[dict]:
-    """Write ``examples`` as ``{split}-XXXXX.jsonl`` shards, each atomically; returns their entries."""
-    entries = []
-    for k, start in enumerate(range(0, len(examples), shard_rows)):
-        path = out_dir / f"{split}-{k:05d}.jsonl"
-        rows = examples[start:start + shard_rows]
-        with atomic_path(path) as tmp:
-            tmp.write_text("".join(json.dumps(asdict(e), separators=(",", ":")) + "\n" for e in rows))
-        entries.append({"file": path.name, "rows": len(rows), "sha256": sha256_file(path)})
-    return entries
+class _Exchange:
+    """Object exchanges between the ranks, on a gloo group of their own with a long timeout.
 
-
-def split_stats(examples: list[Example]) -> dict:
-    """Counts for the data card: examples, prompts, tokens, assistant tokens, by source/response."""
-    return {"examples": len(examples), "prompts": len({e.prompt for e in examples}),
-            "tokens": sum(len(e.input_ids) for e in examples),
-            "assistant_tokens": sum(len(e.input_ids) - e.assistant_start for e in examples),
-            "finished": sum(e.finished for e in examples),
-            "by_source": {s: sum(e.source == s for e in examples) for s in sorted({e.source for e in examples})},
-            "by_response": {r: sum(e.response == r for e in examples) for r in sorted({e.response for e in examples})}}
-
-
-def write_dataset(out_dir: Path | str, train: list[Example], heldout: list[Example], card: dict,
-                  shard_rows: int = 4096) -> dict:
-    """Write both splits and then the card (JSON + Markdown), which marks the folder complete."""
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    for stale in (out_dir / "card.json", out_dir / "card.md"):
-        stale.unlink(missing_ok=True)
-    card = dict(card, format=FORMAT, splits={"train": split_stats(train), "heldout": split_stats(heldout)},
-                shards={"train": write_split(train, out_dir, "train", shard_rows),
-                        "heldout": write_split(heldout, out_dir, "heldout", shard_rows)})
-    with atomic_path(out_dir / "card.md") as tmp:
-        tmp.write_text(card_markdown(card))
-    write_json(out_dir / "card.json", card)
-    return card
-
-
-def load_split(data_dir: Path | str, split: str = "train", verify: bool = True) -> list[Example]:
-    """Read one split of a folder ``synthesize`` wrote.
-
-    Raises:
-        ValueError: no (complete) data card, an unknown split, or a shard whose sha256 differs.
+    The ranks meet after generating their shards, which on long runs can end minutes apart,
+    past NCCL's 10-minute default on the default group that ``dist.all_gather_objects`` and
+    ``dist.barrier`` use. Without a torchrun process group it is a world of one and exchanges nothing.
     """
-    data_dir = Path(data_dir)
-    card_file = data_dir / "card.json"
-    if not card_file.is_file():
-        raise ValueError(f"{data_dir}: no card.json, so not a complete peagle_lab data folder "
-                         "(run `peagle-lab train-data` / synthesize first)")
-    card = json.loads(card_file.read_text())
-    if split not in card.get("shards", {}):
-        raise ValueError(f"split={split!r} is not in {data_dir}; it has {sorted(card.get('shards', {}))}")
-    out = []
-    for entry in card["shards"][split]:
-        path = data_dir / entry["file"]
-        if verify and sha256_file(path) != entry["sha256"]:
-            raise ValueError(f"{path}: sha256 differs from card.json (modified or truncated)")
-        out.extend(Example(**json.loads(line)) for line in path.read_text().splitlines() if line)
-    return out
+
+    def __init__(self, timeout: timedelta = timedelta(hours=12)) -> None:
+        joined = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+        self.rank, self.world = (dist.get_rank(), dist.get_world_size()) if joined else (0, 1)
+        self.group = dist.new_group(backend="gloo", timeout=timeout) if joined else None
+
+    def all_gather(self, obj) -> list:
+        """Every rank's ``obj`` (picklable), in rank order."""
+        if self.group is None:
+            return [obj]
+        out = [None] * self.world
+        dist.all_gather_object(out, obj, group=self.group)
+        return out
+
+    def close(self) -> None:
+        """Wait for every rank, then release the group."""
+        if self.group is not None:
+            dist.barrier(group=self.group)
+            dist.destroy_process_group(self.group)
 
 
-def card_markdown(card: dict) -> str:
-    """A human-readable data card."""
-    lines = [f"# Training data card ({card.get('target', 'unknown target')})", "",
-             f"Created {card.get('created', '?')} with peagle_lab on {card.get('device', '?')}, "
-             f"Python {card.get('python', '?')}, torch {card.get('torch', '?')}; seed {card.get('seed', '?')}.", "",
-             "| split | examples | prompts | tokens | assistant tokens | finished |", "|---|---|---|---|---|---|"]
-    for name, s in card.get("splits", {}).items():
-        lines.append(f"| {name} | {s['examples']} | {s['prompts']} | {s['tokens']} | {s['assistant_tokens']} "
-                     f"| {s['finished']} |")
-    src = card.get("sources", {})
-    mag, code = src.get("magpie", {}), src.get("code", {})
-    lines += ["", "## Sources", "",
-              f"- Magpie: {mag.get('sampled', 0)} user turns sampled from the target; "
-              f"outcomes {mag.get('outcomes', {})}",
-              f"- coding: {code.get('prompts', 0)} prompts from {code.get('functions', 0)} documented functions of "
-              f"{len(code.get('modules', []))} standard-library modules ({', '.join(code.get('modules', []))})", ""]
-    if card.get("timings_s"):
-        lines += ["## Timings (s)", "", "```json", json.dumps(card["timings_s"], indent=2), "```", ""]
-    ex = card.get("exclusions", {})
-    lines += ["Benchmark and demo prompts were excluded before the split "
-              f"({ex.get('size', 0)} texts, {ex.get('hits', 0)} hits).", ""]
-    return "\n".join(lines)
+class _Phases:
+    """Requests, generated tokens and seconds of each phase on this rank: the card's throughput."""
+
+    def __init__(self) -> None:
+        self.rows: dict[str, dict] = {}
+
+    @contextmanager
+    def __call__(self, name: str, budget: Budget, requests: int):
+        t, tokens = time.monotonic(), budget.tokens
+        row = {"requests": requests, "done": 0}
+        yield row  # the phase sets row["done"]
+        seconds, made = time.monotonic() - t, budget.tokens - tokens
+        self.rows[name] = dict(row, tokens=made, seconds=seconds, tokens_per_s=made / seconds if seconds > 0 else 0.0)
 
 
-def environment() -> dict:
-    """Versions and the command line, recorded in every card."""
-    return {"python": platform.python_version(), "torch": torch.__version__,
-            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "argv": sys.argv}
+def _pool_prompts(gathered: list, cfg: DataConfig, excl: Exclusions) -> tuple[list[tuple], dict]:
+    """Every rank's Magpie turns plus the templated sources → one deduplicated, excluded, shuffled list.
+
+    Runs identically on every rank (same inputs, seeded), so all ranks agree on the prompts
+    and the split without another exchange.
+
+    Returns:
+        ``([(text, source, group, domain)], sources)``; ``sources`` is the card's section.
+    """
+    dedup, magpie = Deduper(), []
+    by_domain: dict[str, Counter] = {name: Counter() for name, _, _ in MAGPIE_DOMAINS}
+    for kept, stats in gathered:  # rank order: deterministic
+        for domain, c in stats.items():
+            by_domain.setdefault(domain, Counter()).update(c)
+        for text, domain in kept:
+            if dedup.add(text):  # each rank deduplicated its own; this catches repeats across ranks
+                magpie.append((text, "magpie", text, domain))
+            else:
+                by_domain[domain]["kept"] -= 1
+                by_domain[domain]["duplicate"] += 1
+    functions = stdlib_functions(STDLIB_MODULES)
+    code = code_prompts(functions, cfg.code_per_function, cfg.seed, excl)
+    code = random.Random(cfg.seed).sample(code, min(len(code), cfg.max_code_prompts))
+    maths = math_prompts(cfg.max_math_prompts, derive_seed(cfg.seed, "math"), excl)
+    writing = writing_prompts(cfg.max_writing_prompts, derive_seed(cfg.seed, "writing"), excl)
+    pool = magpie + [(t, "code", g, "code") for t, g in code] + [(t, "math", g, "math") for t, g in maths] \
+        + [(t, "writing", g, "writing") for t, g in writing]
+    # Every source already consulted the exclusions; checking the union again keeps that a
+    # property of this function rather than of every prompt source someone adds later.
+    seen, prompts = set(), []
+    for p in pool:
+        if excl.allows(p[0]) and normalize_prompt(p[0]) not in seen:
+            seen.add(normalize_prompt(p[0]))
+            prompts.append(p)
+    # One seeded shuffle fixes every later order, so "the first N held-out prompts" mixes sources.
+    prompts = random.Random(cfg.seed).sample(prompts, len(prompts))
+    kept_by = Counter(p[1] for p in prompts)
+    sources = {
+        "magpie": {"sampled": cfg.num_magpie, "domains": {n: s for n, s, _ in MAGPIE_DOMAINS},
+                   "by_domain": {d: dict(sorted(c.items())) for d, c in by_domain.items()},
+                   "outcomes": dict(sorted(sum(by_domain.values(), Counter()).items())),
+                   "kept_by_domain": dict(Counter(p[3] for p in prompts if p[1] == "magpie")),
+                   "prompts": kept_by["magpie"]},
+        "code": {"modules": list(STDLIB_MODULES), "functions": len(functions), "prompts": kept_by["code"]},
+        "math": {"prompts": kept_by["math"]}, "writing": {"prompts": kept_by["writing"]}}
+    return prompts, sources
+
+
+def _second_turns(target, tokenizer, firsts: list[Example], cfg: DataConfig, excl: Exclusions, budget: Budget,
+                  phases: _Phases, rank: int, progress: bool) -> tuple[list[Example], Counter]:
+    """Two-turn examples: a first exchange, a follow-up the target writes as the user, the greedy reply.
+
+    The conversation keeps the first reply's generated tokens, so its ids start with the
+    single-turn example's; only the second reply carries a loss (the first is trained by
+    that single-turn example already).
+    """
+    to_user, to_assistant = turn_joints(tokenizer)
+    firsts = [e for e in firsts if e.finished]  # a reply cut off mid-way is no conversation to continue
+    convs = [join_turn(e.input_ids, to_user) for e in firsts]
+    with phases("follow_up", budget, len(convs)) as row:
+        turns, stats = follow_up_turns(target, tokenizer, convs, temperatures=cfg.magpie_temperatures,
+                                       max_new_tokens=cfg.magpie_max_tokens, concurrency=cfg.concurrency,
+                                       seed=derive_seed(cfg.seed, "follow_up", rank), exclude=excl, budget=budget,
+                                       progress=progress)
+        row["done"] = len(convs) - stats["skipped_budget"]
+    second = []
+    for e, conv, text in zip(firsts, convs, turns):
+        if text:  # kept: close the user's turn and open the assistant's, as the template does
+            ids = join_turn(conv + list(tokenizer(text, add_special_tokens=False)["input_ids"]), to_assistant)
+            second.append(Prompt(e.prompt, e.source, e.group, ids, e.domain, text))
+    with phases("multi_turn", budget, len(second)) as row:
+        out = generate_responses(target, second, temperature=0.0, max_new_tokens=cfg.response_max_tokens,
+                                 concurrency=cfg.concurrency, seed=0, budget=budget, progress=progress,
+                                 desc="second responses")
+        row["done"] = len(out)
+    return out, stats
 
 
 def synthesize(target, tokenizer, cfg: DataConfig, out_dir: Path | str, exclude: Iterable[str] = (),
                target_name: str = "target", progress: bool = True, log=print) -> dict:
     """Make a whole dataset (see the module docstring) and return its card.
 
+    Under torchrun every rank calls this with the same arguments; each writes its own
+    shards, rank 0 logs and writes the card, and no rank returns before the card exists.
+
     Args:
-        target: the target ``LlamaModel`` (its device does the generation).
+        target: the target ``LlamaModel`` (its device does this rank's generation).
         tokenizer: the target's tokenizer, with a chat template.
-        cfg: sizes, temperatures, seeds, concurrency, time budget.
-        out_dir: where shards and the card go.
+        cfg: sizes, fractions, temperatures, seeds, concurrency, time budget, token target.
+        out_dir: where shards and the card go (an earlier run's shards and card are removed).
         exclude: prompt texts that must never be trained on (benchmarks, demos).
+        target_name: how the card names the target.
+        progress: tqdm bars; log: where rank 0's progress lines go.
+
+    Returns:
+        The card (the same splits, shards and throughput on every rank).
+
+    Raises:
+        ValueError: a chat template that does not render messages verbatim.
     """
     from ..testing import CHAT_PROMPTS
 
-    t0 = time.monotonic()
+    exchange = _Exchange()
+    rank, world = exchange.rank, exchange.world
+    out_dir, t0 = Path(out_dir), time.monotonic()
+    log = log if rank == 0 else (lambda *_: None)
+    if rank == 0:
+        clear_folder(out_dir)  # before the first exchange below, so no rank has written a shard yet
     deadline = t0 + cfg.time_budget_s if cfg.time_budget_s else None
     excl = Exclusions(list(exclude) + list(CHAT_PROMPTS))
-    timings = {}
-    magpie, magpie_stats = magpie_prompts(
-        target, tokenizer, cfg.num_magpie, temperatures=cfg.magpie_temperatures, max_new_tokens=cfg.magpie_max_tokens,
-        concurrency=cfg.concurrency, seed=cfg.seed, filt=PromptFilter(), exclude=excl, deadline=deadline,
-        progress=progress)
-    timings["magpie"] = time.monotonic() - t0
-    functions = stdlib_functions(STDLIB_MODULES)
-    code = code_prompts(functions, cfg.code_per_function, cfg.seed, excl)
-    code = random.Random(cfg.seed).sample(code, min(len(code), cfg.max_code_prompts))
-    log(f"prompts: {len(magpie)} magpie kept of {cfg.num_magpie} ({dict(magpie_stats)}), {len(code)} coding")
-    # Both sources already consulted the exclusions; checking the union again keeps that a
-    # property of this function rather than of every prompt source someone adds later.
-    prompts = [p for p in [(t, "magpie", t) for t in magpie] + [(t, "code", g) for t, g in code] if excl.allows(p[0])]
-    # One seeded shuffle fixes every later order, so "the first N held-out prompts" mixes sources.
-    prompts = random.Random(cfg.seed).sample(prompts, len(prompts))
-    held = split_groups([g for _, _, g in prompts], cfg.heldout_fraction, cfg.heldout_max, cfg.seed)
-    encoded = [(t, s, g, encode_chat(tokenizer, t)) for t, s, g in prompts]
-    train_p = [p for p in encoded if p[2] not in held]
-    held_p = [p for p in encoded if p[2] in held]
-    gen = dict(max_new_tokens=cfg.response_max_tokens, concurrency=cfg.concurrency, deadline=deadline,
-               progress=progress)
-    t1 = time.monotonic()
-    heldout = generate_responses(target, held_p, temperature=0.0, seed=cfg.seed, desc="held-out greedy", **gen)
-    train = generate_responses(target, train_p, temperature=0.0, seed=cfg.seed, desc="greedy responses", **gen)
-    timings["greedy"] = time.monotonic() - t1
-    t2 = time.monotonic()
-    train += generate_responses(target, train_p, temperature=cfg.sample_temperature, seed=cfg.seed + 10_000,
-                                desc="sampled responses", **gen)
-    timings["sampled"] = time.monotonic() - t2
-    timings["total"] = time.monotonic() - t0
-    card = dict(environment(), target=target_name, device=str(target.device), dtype=str(target.dtype),
-                seed=cfg.seed, config=asdict(cfg), timings_s=timings,
-                stopped_by_time_budget=bool(deadline and time.monotonic() > deadline),
-                exclusions={"size": len(excl), "hits": excl.hits},
-                sources={"magpie": {"sampled": cfg.num_magpie, "outcomes": dict(magpie_stats)},
-                         "code": {"modules": list(STDLIB_MODULES), "functions": len(functions), "prompts": len(code)}},
-                heldout_groups=len(held))
-    return write_dataset(out_dir, train, heldout, card, cfg.shard_rows)
+    phases, magpie_budget = _Phases(), Budget(deadline)
+    n_magpie = len(range(rank, cfg.num_magpie, world))
+    with phases("magpie", magpie_budget, n_magpie) as row:
+        kept, stats = magpie_prompts(
+            target, tokenizer, n_magpie, temperatures=cfg.magpie_temperatures, max_new_tokens=cfg.magpie_max_tokens,
+            concurrency=cfg.concurrency, seed=derive_seed(cfg.seed, "magpie", rank), filt=PromptFilter(),
+            exclude=excl, budget=magpie_budget, progress=progress)
+        row["done"] = n_magpie - sum(c["skipped_budget"] for c in stats.values())
+    hits = excl.hits
+    prompts, sources = _pool_prompts(exchange.all_gather((kept, stats)), cfg, excl)
+    shared_hits = excl.hits - hits  # the same on every rank: count it once
+    held = split_groups([p[2] for p in prompts], cfg.heldout_fraction, cfg.heldout_max, cfg.seed)
+    train_p, held_p = [p for p in prompts if p[2] not in held], [p for p in prompts if p[2] in held]
+    n = len(train_p)
+    sampled = set(random.Random(derive_seed(cfg.seed, "sampled")).sample(range(n), round(cfg.sampled_fraction * n)))
+    multi = {train_p[i][0] for i in random.Random(derive_seed(cfg.seed, "multi_turn")).sample(
+        range(n), round(cfg.multi_turn_fraction * n))}
+    log(f"prompts: {sources['magpie']['prompts']} magpie of {cfg.num_magpie} sampled, {sources['code']['prompts']} "
+        f"coding, {sources['math']['prompts']} math, {sources['writing']['prompts']} writing; {len(held_p)} held out; "
+        f"{len(sampled)} also sampled, {len(multi)} picked for a second turn; {world} rank(s)")
+
+    def encode(p: tuple) -> Prompt:
+        return Prompt(p[0], p[1], p[2], encode_chat(tokenizer, p[0]), p[3])
+
+    mine = [(i, encode(train_p[i])) for i in shard(range(n), rank, world)]
+    budget = Budget(deadline, math.ceil(cfg.target_tokens / world) if cfg.target_tokens else None)
+    gen = dict(max_new_tokens=cfg.response_max_tokens, concurrency=cfg.concurrency, budget=budget, progress=progress)
+    my_held = [encode(p) for p in shard(held_p, rank, world)]
+    with phases("heldout", budget, len(my_held)) as row:
+        heldout = generate_responses(target, my_held, temperature=0.0, seed=0, desc="held-out greedy", **gen)
+        row["done"] = len(heldout)
+    with phases("greedy", budget, len(mine)) as row:
+        greedy = generate_responses(target, [p for _, p in mine], temperature=0.0, seed=0, desc="greedy responses",
+                                    **gen)
+        row["done"] = len(greedy)
+    two_turn, follow_stats = _second_turns(target, tokenizer, [e for e in greedy if e.prompt in multi], cfg, excl,
+                                           budget, phases, rank, progress)
+    pick = [p for i, p in mine if i in sampled]
+    with phases("sampled", budget, len(pick)) as row:
+        resampled = generate_responses(target, pick, temperature=cfg.sample_temperature,
+                                       seed=derive_seed(cfg.seed, "sampled", rank), desc="sampled responses", **gen)
+        row["done"] = len(resampled)
+    train = greedy + two_turn + resampled
+    report = {"rank": rank, "device": str(target.device), "seconds": time.monotonic() - t0, "phases": phases.rows,
+              "shards": {"train": write_split(train, out_dir, "train", cfg.shard_rows, rank),
+                         "heldout": write_split(heldout, out_dir, "heldout", cfg.shard_rows, rank)},
+              "splits": {"train": split_stats(train), "heldout": split_stats(heldout)},
+              "follow_ups": follow_stats, "stopped_by": {magpie_budget.stopped_by, budget.stopped_by}}
+    reports = exchange.all_gather(report)  # returns once every rank's shards are on disk
+    follow_ups = sum((Counter(r["follow_ups"]) for r in reports), Counter())
+    throughput = throughput_section(reports)
+    card = dict(
+        environment(), format=FORMAT, target=target_name, device=str(target.device), dtype=str(target.dtype),
+        world_size=world, seed=cfg.seed, config=asdict(cfg), throughput=throughput,
+        timings_s=dict({k: p["seconds"] for k, p in throughput["phases"].items()},
+                       total=throughput["total"]["seconds"]),
+        stopped_by_time_budget=any("time_budget" in r["stopped_by"] for r in reports),
+        stopped_by_token_target=any("token_target" in r["stopped_by"] for r in reports),
+        exclusions={"size": len(excl), "hits": sources["magpie"]["outcomes"].get("excluded", 0) + shared_hits
+                    + follow_ups["excluded"]},
+        sources=sources, heldout_groups=len(held),
+        responses={"sampled_fraction": cfg.sampled_fraction, "sample_temperature": cfg.sample_temperature,
+                   "sampled_prompts": len(sampled), "multi_turn_fraction": cfg.multi_turn_fraction,
+                   "multi_turn_prompts": len(multi), "follow_ups": dict(sorted(follow_ups.items()))},
+        splits={s: merge_split_stats([r["splits"][s] for r in reports]) for s in ("train", "heldout")},
+        shards={s: [e for r in reports for e in r["shards"][s]] for s in ("train", "heldout")})
+    if rank == 0:
+        write_card(out_dir, card)
+    exchange.close()  # the folder is complete before any rank returns (a caller may read it next)
+    return card

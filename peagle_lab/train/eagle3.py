@@ -146,7 +146,7 @@ def eagle3_step(drafter, tb: TargetBatch, cfg: Eagle3TrainConfig, generator: tor
 
 
 # ------------------------------------------------------------------ packed rows
-def packed_unroll(drafter, rows, taps: torch.Tensor, ttt_steps: int, attn_mask) -> list[torch.Tensor]:
+def packed_unroll(drafter, rows, taps: torch.Tensor, ttt_steps: int, attn_masks) -> list[torch.Tensor]:
     """The TTT unroll over packed rows: every token is an anchor, every step has a fixed shape.
 
     Step ``j`` of anchor ``a`` reads token ``x[a+j+1]`` (0 past the end of its sequence) at
@@ -158,13 +158,11 @@ def packed_unroll(drafter, rows, taps: torch.Tensor, ttt_steps: int, attn_mask) 
         drafter: the ``Drafter``.
         rows: the batch's ``pack.PackedRows``.
         taps: the target's taps.  # [B, T, 3H]
-        attn_mask: ``mask.ttt_mod`` built for ``ttt_steps · T`` keys.
+        attn_masks: ``mask.ttt_masks``: step ``j``'s mask over the first ``(j+1)·T`` keys.
 
     Returns:
         One pre-norm output ``[B, T, H]`` per step.
     """
-    from .mask import truncate_keys
-
     B, T = rows.input_ids.shape
     anchor = torch.arange(T, device=rows.input_ids.device).expand(B, T)
     cache = ChainKV(drafter.config.num_hidden_layers)
@@ -173,7 +171,7 @@ def packed_unroll(drafter, rows, taps: torch.Tensor, ttt_steps: int, attn_mask) 
     out = []
     for j in range(ttt_steps):
         hidden = drafter(rows.token_ahead(anchor, j + 1), hidden, rows.positions + j, cache=cache,
-                         slot_mapping=slots, attn_mask=truncate_keys(attn_mask, (j + 1) * T),
+                         slot_mapping=slots, attn_mask=attn_masks[j],
                          return_logits=False).hidden
         out.append(hidden)
     return out

@@ -517,6 +517,7 @@ class Trainer:
 
     def _log(self, record: dict) -> None:
         if self.dist.is_main:
+            self.out.mkdir(parents=True, exist_ok=True)
             with open(self.out / "log.jsonl", "a") as f:
                 f.write(json.dumps(record, default=str) + "\n")
 

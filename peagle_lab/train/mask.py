@@ -135,8 +135,15 @@ def build_mask(mod, batch: int, q_len: int, kv_len: int, device: torch.device | 
     return create_mask(mod, batch, 1, q_len, kv_len, device=device)
 
 
-def truncate_keys(mask, kv_len: int):
-    """The first ``kv_len`` keys of a mask from :func:`build_mask` (EAGLE-3's earlier steps)."""
-    if isinstance(mask, torch.Tensor):
-        return mask[..., :kv_len]
-    return mask._adjust(mask.shape[-2], kv_len)
+def ttt_masks(doc: torch.Tensor, mod, steps: int, device: torch.device | str, block: bool) -> tuple:
+    """One mask per TTT step: step ``j`` sees the first ``(j+1)·T`` keys of ``ttt_mod``.
+
+    Dense masks are slices of the last one. Block masks are built per step: cutting a
+    ``BlockMask`` to fewer keys (``BlockMask._adjust``) keeps the first entries of each row's
+    block list, which here would include later steps' diagonal blocks.
+    """
+    B, T = doc.shape
+    if not block:
+        full = build_mask(mod, B, T, steps * T, device, False)
+        return tuple(full[..., : (j + 1) * T] for j in range(steps))
+    return tuple(build_mask(mod, B, T, (j + 1) * T, device, True) for j in range(steps))

@@ -21,7 +21,7 @@ from torch import nn
 from .cod import CODConfig, packed_quotas, sample_packed
 from .eagle3 import packed_unroll
 from .loss import packed_scores, packed_stats
-from .mask import build_mask, chain_mod, doc_causal_mod, ttt_mod
+from .mask import build_mask, chain_mod, doc_causal_mod, ttt_masks, ttt_mod
 from .pack import PackedRows
 from .peagle import packed_forward
 from .targets import PackedTargets
@@ -36,7 +36,7 @@ class StepInputs:
     label_row: torch.Tensor  # [B, N] the target row whose distribution the element learns
     valid: torch.Tensor  # [B, N] bool: the element has a label (an assistant token of its sequence)
     weight: torch.Tensor  # [B, N] float: its weight in the loss (0: no label, or one the draft vocab lacks)
-    mask: object  # the drafter's attention mask (dense bool or BlockMask)
+    mask: object  # the drafter's attention mask (dense bool or BlockMask; EAGLE-3: a tuple, one a step)
 
 
 class DraftObjective(nn.Module):
@@ -127,7 +127,7 @@ class StepBuilder:
             self.elem_doc.copy_(rows.doc.gather(1, anchor))
             mask = build_mask(self.draft_mod, B, anchor.shape[1], anchor.shape[1], self.device, self.block)
         else:
-            mask = build_mask(self.draft_mod, B, T, self.K * T, self.device, self.block)
+            mask = ttt_masks(self.doc, self.draft_mod, self.K, self.device, self.block)
         return StepInputs(anchor, depth, label_row, valid, weight, mask)
 
     def _check(self, rows: PackedRows) -> None:

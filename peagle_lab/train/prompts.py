@@ -3,17 +3,21 @@
 * **Magpie** (Xu et al. 2024): give an aligned chat model only the template's prefix up to
   the start of a user turn (``…<|im_start|>user\\n``) and sample; it writes a plausible user
   request, ending it with its end-of-turn token. Samples are filtered (complete, length,
-  mostly-ASCII prose, not repetitive, no template markers) and deduplicated.
+  mostly-ASCII prose, not repetitive, no template markers) and deduplicated. Domain system
+  prompts (``MAGPIE_DOMAINS``: a math tutor, a writing coach, …) steer what users ask; after
+  a whole conversation the same trick gives a follow-up turn (``follow_up_turns``).
 * **Coding prompts** are built from the signatures and docstrings of public functions in a
-  fixed list of Python standard-library modules (``inspect``), phrased by a few templates.
+  fixed list of Python standard-library modules (``inspect``), phrased by a few templates
+  (templated math and writing prompts: ``prompts_synthetic``).
 
 Every prompt passes ``Exclusions`` first, so benchmark prompts (HumanEval, the bench
-workloads, the demo prompts) never become training data. Both sources are deterministic
+workloads, the demo prompts) never become training data. All sources are deterministic
 for a seed (Magpie given the same device and dtype; docstrings vary across Python versions,
 which the data card records).
 """
 from __future__ import annotations
 
+import hashlib
 import importlib
 import inspect
 import random
@@ -21,7 +25,7 @@ import re
 import time
 from collections import Counter
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Iterable, Sequence
 
 from ..config import SpecConfig
 from ..engine import SpecDecoder
@@ -39,6 +43,22 @@ CODE_TEMPLATES = (
     "Explain what `{module}.{name}` does and show a short example of calling it.",
     "I need a Python function called `{name}` that does this: {summary} Please add type hints and a docstring.",
     "Write pytest unit tests for `{module}.{name}{sig}`, which is documented as: \"{summary}\"",
+)
+# (domain, system prompt, weight): Magpie's user turns follow the system prompt they are sampled
+# under. None keeps the template's own default, the prompt every response is generated and
+# evaluated with; the others only steer what the sampled users ask about.
+MAGPIE_DOMAINS = (
+    ("general", None, 3),
+    ("math", "You are a patient math tutor. Students bring you arithmetic, algebra, geometry and word problems "
+             "and want clear, step-by-step explanations.", 1),
+    ("writing", "You are a writing coach. People ask you to draft, edit and improve emails, essays, stories, "
+                "poems and cover letters.", 1),
+    ("code", "You are a programming helper. Users ask you to write, explain, review and debug code, mostly in "
+             "Python.", 1),
+    ("science", "You are a science teacher who explains physics, chemistry, biology and astronomy in plain "
+                "language.", 1),
+    ("everyday", "You are a practical assistant for everyday life: cooking, travel, health, money, home and "
+                 "planning.", 1),
 )
 
 
@@ -151,48 +171,179 @@ def user_prefix_ids(tokenizer, system: str | None = None) -> list[int]:
     return list(tokenizer(text[: text.index(sentinel)], add_special_tokens=False)["input_ids"])
 
 
-def magpie_prompts(target, tokenizer, num_samples: int, *, temperatures: tuple[float, ...] = (0.7, 0.9, 1.0),
-                   max_new_tokens: int = 64, concurrency: int = 256, seed: int = 0,
-                   filt: PromptFilter = PromptFilter(), exclude: Exclusions | None = None,
-                   deadline: float | None = None, progress: bool = True) -> tuple[list[str], Counter]:
-    """Sample ``num_samples`` user turns from ``target`` and keep the good, new ones.
-
-    Chunk ``i`` of ``concurrency`` samples uses ``temperatures[i % len]`` and seed ``seed + i``.
+def turn_joints(tokenizer) -> tuple[list[int], list[int]]:
+    """The template's token ids between turns, for extending a conversation by a user turn.
 
     Returns:
-        ``(prompts, stats)``: kept texts in sampling order, and counts of every outcome
-        (``kept``, ``unfinished``, ``duplicate``, ``excluded`` and the filter's reasons).
+        ``(to_user, to_assistant)``: from the end of an assistant's text to the start of the
+        next user's text, and from the end of a user's text to the start of the reply.
+
+    Raises:
+        ValueError: the template does not render messages verbatim.
+    """
+    marks = ["\u2063PEAGLE_U1\u2063", "\u2063PEAGLE_A1\u2063", "\u2063PEAGLE_U2\u2063"]
+    messages = [{"role": r, "content": m} for r, m in zip(("user", "assistant", "user"), marks)]
+    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    if any(m not in text for m in marks):
+        raise ValueError("the chat template does not render messages verbatim; cannot find its turn boundaries")
+    a_end, u_start = text.index(marks[1]) + len(marks[1]), text.index(marks[2])
+    to_user, to_assistant = (list(tokenizer(t, add_special_tokens=False)["input_ids"])
+                             for t in (text[a_end:u_start], text[u_start + len(marks[2]):]))
+    return to_user, to_assistant
+
+
+def join_turn(ids: Sequence[int], joint: Sequence[int]) -> list[int]:
+    """``ids`` then ``joint``, without repeating an end-of-turn token the model already generated.
+
+    >>> join_turn([5, 2], [2, 7, 1]), join_turn([5], [2, 7, 1])
+    ([5, 2, 7, 1], [5, 2, 7, 1])
+    """
+    return list(ids) + list(joint[1:] if ids and joint and ids[-1] == joint[0] else joint)
+
+
+def derive_seed(*parts) -> int:
+    """A 62-bit seed from ``parts``, stable across runs and Python versions (``hash`` is not).
+
+    >>> derive_seed(0, "magpie", 1) == derive_seed(0, "magpie", 1) != derive_seed(0, "magpie", 2)
+    True
+    """
+    return int.from_bytes(hashlib.sha256(repr(parts).encode()).digest()[:8], "big") >> 2
+
+
+class Budget:
+    """When to stop starting generation chunks (a deadline, a token allowance), and tokens made.
+
+    >>> b = Budget(max_tokens=10); b.add(4); b.exhausted()
+    >>> b.add(6); b.exhausted(), b.stopped_by
+    ('token_target', 'token_target')
+    """
+
+    def __init__(self, deadline: float | None = None, max_tokens: int | None = None) -> None:
+        self.deadline, self.max_tokens = deadline, max_tokens
+        self.tokens, self.stopped_by = 0, None  # stopped_by: why the first chunk was refused
+
+    def add(self, tokens: int) -> None:
+        self.tokens += tokens
+
+    def exhausted(self) -> str | None:
+        """Why no new chunk may start (``"time_budget"`` / ``"token_target"``), or None."""
+        reason = ("time_budget" if self.deadline is not None and time.monotonic() > self.deadline else
+                  "token_target" if self.max_tokens is not None and self.tokens >= self.max_tokens else None)
+        self.stopped_by = self.stopped_by or reason
+        return reason
+
+
+def sample_user_turns(target, tokenizer, prefixes: list[list[int]], *, temperatures: Sequence[float],
+                      max_new_tokens: int, concurrency: int, seed: int, budget: Budget | None = None,
+                      progress: bool = True, desc: str = "user turns") -> list[str | None]:
+    """One user turn sampled after each prefix, in chunks of ``concurrency``.
+
+    Chunk ``i`` uses ``temperatures[i % len]`` and seed ``seed + i``; no chunk starts once
+    ``budget`` is exhausted.
+
+    Returns:
+        The stripped texts in prefix order, None where the turn did not end with an
+        end-of-turn token; shorter than ``prefixes`` if the budget stopped it.
     """
     from tqdm.auto import tqdm
 
-    prefix = user_prefix_ids(tokenizer)
     eos = tuple(target.config.eos_token_ids)
-    exclude = exclude if exclude is not None else Exclusions()
-    dedup, kept, stats = Deduper(), [], Counter()
-    chunks = range(0, num_samples, concurrency)
-    for i, start in enumerate(tqdm(chunks, desc="magpie prompts", disable=not progress)):
-        if deadline is not None and time.monotonic() > deadline:
-            stats["skipped_time_budget"] += num_samples - start
+    out: list[str | None] = []
+    for i, start in enumerate(tqdm(range(0, len(prefixes), concurrency), desc=desc, disable=not progress)):
+        if budget is not None and budget.exhausted():
             break
-        c = min(concurrency, num_samples - start)
         cfg = SpecConfig(method="baseline", temperature=temperatures[i % len(temperatures)],
                          max_new_tokens=max_new_tokens, seed=seed + i)
-        for toks in SpecDecoder(target, None, cfg).generate([prefix] * c, eos_token_ids=eos).tokens:
-            if not toks or toks[-1] not in eos:
-                stats["unfinished"] += 1
-                continue
-            text = tokenizer.decode(toks[:-1], skip_special_tokens=False).strip()
-            reason = filt.reject_reason(text)
-            if reason:
-                stats[reason] += 1
-            elif not exclude.allows(text):
-                stats["excluded"] += 1
-            elif not dedup.add(text):
-                stats["duplicate"] += 1
-            else:
-                kept.append(text)
-                stats["kept"] += 1
-    return kept, stats
+        res = SpecDecoder(target, None, cfg).generate(prefixes[start:start + concurrency], eos_token_ids=eos)
+        for toks in res.tokens:
+            if budget is not None:
+                budget.add(len(toks))
+            done = bool(toks) and toks[-1] in eos
+            out.append(tokenizer.decode(toks[:-1], skip_special_tokens=False).strip() if done else None)
+    return out
+
+
+def _verdicts(texts: list[str | None], n: int, filt: PromptFilter, exclude: Exclusions | None) -> list[str]:
+    """``"kept"`` or why each of ``n`` sampled user turns is dropped (``texts`` stops short where the budget did)."""
+    exclude, dedup, out = exclude if exclude is not None else Exclusions(), Deduper(), []
+    for k in range(n):
+        text = texts[k] if k < len(texts) else None
+        reason = "skipped_budget" if k >= len(texts) else "unfinished" if text is None else filt.reject_reason(text)
+        if not reason and not exclude.allows(text):
+            reason = "excluded"
+        out.append(reason or ("kept" if dedup.add(text) else "duplicate"))
+    return out
+
+
+def assign_domains(n: int, domains=MAGPIE_DOMAINS, seed: int = 0) -> list[str]:
+    """``n`` domain names in proportion to their weights (largest remainder), in seeded order.
+
+    >>> sorted(assign_domains(6, (("a", None, 2), ("b", None, 1)), seed=0))
+    ['a', 'a', 'a', 'a', 'b', 'b']
+    """
+    if n < 0 or not domains or any(w <= 0 for _, _, w in domains):
+        raise ValueError(f"n={n}, weights {[w for _, _, w in domains]}: need n >= 0 and at least one domain, "
+                         "each with a weight > 0")
+    total = sum(w for _, _, w in domains)
+    exact = [n * w / total for _, _, w in domains]
+    counts = [int(x) for x in exact]
+    for j in sorted(range(len(domains)), key=lambda j: counts[j] - exact[j])[: n - sum(counts)]:
+        counts[j] += 1
+    names = [d for (d, _, _), c in zip(domains, counts) for _ in range(c)]
+    random.Random(seed).shuffle(names)
+    return names
+
+
+def magpie_prompts(target, tokenizer, num_samples: int, *, domains=MAGPIE_DOMAINS,
+                   temperatures: tuple[float, ...] = (0.7, 0.9, 1.0), max_new_tokens: int = 64,
+                   concurrency: int = 256, seed: int = 0, filt: PromptFilter = PromptFilter(),
+                   exclude: Exclusions | None = None, budget: Budget | None = None,
+                   progress: bool = True) -> tuple[list[tuple[str, str]], dict[str, Counter]]:
+    """Sample ``num_samples`` user turns from ``target`` and keep the good, new ones.
+
+    Args:
+        domains: ``(name, system prompt or None, weight)`` rows; the samples are spread over
+            them by weight (``assign_domains``, seeded), each sampled under its system prompt.
+        temperatures, concurrency, seed, budget: as in ``sample_user_turns``.
+        filt, exclude: what a kept turn must pass; duplicates are dropped too.
+
+    Returns:
+        ``(prompts, stats)``: kept ``(text, domain)`` pairs in sampling order, and per domain
+        the count of every outcome (``kept``, ``unfinished``, ``duplicate``, ``excluded``,
+        ``skipped_budget`` and the filter's reasons), which adds up to ``num_samples``.
+    """
+    systems = {name: system for name, system, _ in domains}
+    names = assign_domains(num_samples, domains, seed)
+    prefixes = {name: user_prefix_ids(tokenizer, system) for name, system in systems.items()}
+    texts = sample_user_turns(target, tokenizer, [prefixes[d] for d in names], temperatures=temperatures,
+                              max_new_tokens=max_new_tokens, concurrency=concurrency, seed=seed, budget=budget,
+                              progress=progress, desc="magpie prompts")
+    verdicts = _verdicts(texts, len(names), filt, exclude)
+    stats: dict[str, Counter] = {name: Counter() for name in systems}
+    for domain, verdict in zip(names, verdicts):
+        stats[domain][verdict] += 1
+    return [(texts[k], names[k]) for k, v in enumerate(verdicts) if v == "kept"], stats
+
+
+def follow_up_turns(target, tokenizer, conversations: list[list[int]], *,
+                    temperatures: tuple[float, ...] = (0.7, 0.9, 1.0), max_new_tokens: int = 64,
+                    concurrency: int = 256, seed: int = 0, filt: PromptFilter = PromptFilter(),
+                    exclude: Exclusions | None = None, budget: Budget | None = None,
+                    progress: bool = True) -> tuple[list[str | None], Counter]:
+    """Magpie after a conversation: the target writes the user's next message.
+
+    Args:
+        conversations: token ids of each conversation up to where the next user's text
+            begins (``join_turn(ids, turn_joints(tokenizer)[0])``).
+
+    Returns:
+        ``(turns, stats)``: per conversation the kept text or None, and the outcome counts.
+    """
+    texts = sample_user_turns(target, tokenizer, conversations, temperatures=temperatures,
+                              max_new_tokens=max_new_tokens, concurrency=concurrency, seed=seed, budget=budget,
+                              progress=progress, desc="follow-up turns")
+    verdicts = _verdicts(texts, len(conversations), filt, exclude)
+    return [texts[k] if v == "kept" else None for k, v in enumerate(verdicts)], Counter(verdicts)
 
 
 @dataclass(frozen=True)
@@ -216,11 +367,11 @@ def stdlib_functions(modules: Iterable[str] = STDLIB_MODULES, max_summary: int =
             if inspect.isfunction(obj) and obj.__module__ != mod.__name__:
                 continue  # re-exported from elsewhere
             doc = inspect.getdoc(obj)
-            try:
-                sig = str(inspect.signature(obj))
+            try:  # a default's repr holds its memory address, which would differ in every process
+                sig = re.sub(r"<function ([\w.]+) at 0x[0-9a-f]+>", r"\1", str(inspect.signature(obj)))
             except (TypeError, ValueError):
                 continue
-            if not doc or len(sig) > 160:
+            if not doc or len(sig) > 160 or " at 0x" in sig:
                 continue
             para = " ".join(doc.split("\n\n")[0].split())
             first = re.split(r"(?<=[.!?])\s", para, maxsplit=1)[0]
