@@ -80,6 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _optional_commands(sub) -> None:
     """Subcommands whose code lives in the train, bench and integrations packages."""
     from .bench.cli import add_bench_arguments, run_bench
+    from .train.bench import add_bench_arguments as add_train_bench_arguments, run_bench as run_train_bench
     from .train.cli import add_data_arguments, run_data
     from .train.train_cli import add_eval_arguments, add_train_arguments, run_eval, run_train
 
@@ -88,6 +89,7 @@ def _optional_commands(sub) -> None:
         ("train-data", add_data_arguments, run_data, "synthesise self-distilled training data"),
         ("train", add_train_arguments, run_train, "train an EAGLE-3 or P-EAGLE head"),
         ("train-eval", add_eval_arguments, run_eval, "evaluate trained heads and export them"),
+        ("train-bench", add_train_bench_arguments, run_train_bench, "training throughput and MFU per method"),
     ):
         p = sub.add_parser(name, help=text)
         add(p)

@@ -155,10 +155,12 @@ class LiveFigure:
 
 
 class TrainingMonitor(Callback):
-    """Subscribe to a ``Trainer``: keep every step's metrics and redraw the curves every ``every`` steps.
+    """Subscribe to a ``Trainer``: keep every log line's metrics and redraw the curves every ``every`` steps.
 
-    Pass it in ``Trainer(..., callbacks=[monitor])`` and display it before ``run()``. The
-    history stays available as ``monitor.history`` (one ``on_step`` dict per step).
+    Pass it in ``Trainer(..., callbacks=[monitor])`` and display it before ``run()``. The trainer
+    calls ``on_step`` once per log line (``TrainConfig.log_every`` steps, averaged over them), so
+    ``every`` should be a multiple of ``log_every``. The history stays available as
+    ``monitor.history`` (one ``on_step`` dict per log line).
     """
 
     def __init__(self, every: int = 10, title: str = "training") -> None:

@@ -62,6 +62,7 @@ echo "commit ${PEAGLE_LAB_COMMIT:-$(git -C "$REPO" rev-parse HEAD 2>/dev/null ||
 t=$SECONDS
 EXCL=()
 for f in "$REPO"/peagle_lab/bench/data/*.jsonl "$REPO"/peagle_lab/bench/data/*.txt; do [ -f "$f" ] && EXCL+=(--exclude-file "$f"); done
+[ "${SKIP_DATA:-0}" = 1 ] && [ -f "$WORK/data/card.json" ] && echo "SKIP_DATA=1: reusing $WORK/data" || \
 "$PY" -m torch.distributed.run --nproc-per-node "$NGPU" --master-port 29511 -m peagle_lab.train.cli data \
   "${TGT[@]}" --device "$DEVICE" --out "$WORK/data" "${DATA[@]}" --target-tokens "$DATA_TOKENS" \
   --time-budget-s "$DATA_BUDGET_S" --seed "$SEED" --no-progress "${EXCL[@]}"

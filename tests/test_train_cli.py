@@ -92,6 +92,7 @@ def test_eval_exports_a_bf16_head_with_its_card(runs, tmp_path):
     full = runs[0]
     common = ["--tiny", "--no-progress"]
     assert main(["data", "--out", str(tmp_path / "data"), "--num-magpie", "16", "--max-code-prompts", "16",
+                 "--max-math-prompts", "8", "--max-writing-prompts", "8",
                  "--response-max-tokens", "8", "--concurrency", "16", "--heldout-fraction", "0.3", *common]) == 0
     assert main(["eval", "--run", str(full), "--data", str(tmp_path / "data"), "--export", str(tmp_path / "heads"),
                  "--eval-ks", "2,4", "--eval-prompts", "3", "--eval-max-new-tokens", "8", *common]) == 0

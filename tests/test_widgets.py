@@ -106,8 +106,8 @@ def test_training_monitor_follows_a_real_run(tmp_path):
 
     setup = tiny_setup(num_examples=48, num_heldout=8)
     monitor = TrainingMonitor(every=2)
-    cfg = TrainConfig(method="peagle", steps=4, batch_size=8, max_seq_len=48, k_train=3, ckpt_every=0,
-                      eval_at_end=False)
+    cfg = TrainConfig(method="peagle", steps=4, batch_size=4, row_len=64, k_train=3, ckpt_every=0,
+                      eval_at_end=False, log_every=1)
     Trainer(setup.target, new_drafter(setup.target, "peagle", 1, setup.vocab), setup.train, cfg, tmp_path,
             callbacks=[monitor], progress=False).run()
     assert [m["step"] for m in monitor.history] == [1, 2, 3, 4] and len(monitor.history[0]["depth_acc"]) == 3

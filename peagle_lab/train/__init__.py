@@ -2,22 +2,34 @@
 
 One concern per module, in the order a run uses them:
 
-    prompts     Magpie user turns sampled from the target; stdlib coding prompts; Exclusions
-    data        responses by the target, held-out split, sharded JSONL + data card (synthesize)
+    prompts     Magpie user turns (domain system prompts, follow-up turns); stdlib coding prompts; Exclusions
+    prompts_synthetic  seeded math and writing prompts from templates
+    data        responses by the target (≥ 70 % greedy), held-out split, torchrun shards (synthesize)
+    data_files  the on-disk format: Example, per-rank JSONL shards, the data card, load_split
     vocab       the draft vocabulary from token frequencies → d2t / t2d
     build       a fresh drafter for a target (seeded, vocabulary applied)
-    targets     the target's taps and logits for a batch (online, or cached in shards)
-    mask        the chain-visibility rule both methods train with
+    pack        sequences packed into fixed-length rows (doc ids, per-sequence positions)
+    targets     the target's taps and logits (padded batches; packed rows)
+    mask        the chain-visibility rule both methods train with (dense; flex mask_mod for packed rows)
     eagle3      EAGLE-3 with training-time test (unroll on the drafter's own hidden states)
     cod         COD sampling of (anchor, depth) elements          ┐
     partition   sequence partitioning into S segments             ├ P-EAGLE
     peagle      the parallel pass, loss over all depths           ┘
     loss        soft cross-entropy against the target on the draft vocabulary; per-depth stats
-    loop        TrainConfig, Trainer (AdamW, warm-up + cosine, bf16, checkpoints, callbacks)
+    objective   one packed-row step for either method as a module (DDP, torch.compile)
+    schedule    the learning rate: warm-up / stable / decay (or cosine) over the run's steps
+    loop        TrainConfig, Trainer (packed rows, compiled step, DDP, checkpoints, curve, callbacks)
+    dist        torchrun helpers: ranks, devices, sharding
     checkpoint  resumable checkpoints
     evaluate    held-out acceptance with the real engine; model cards
-    cli         `peagle-lab train-data | train | train-eval` (add_*_arguments / run_*)
+    bench       training throughput and model-FLOP utilisation (`peagle-lab train-bench`)
+    report      results.json of a training session (goals, curves, acceptance per K)
+    cli / train_cli  `peagle-lab train-data | train | train-eval`
     tiny        a character tokenizer and random data for CPU smoke runs
+
+The per-sequence functions (``eagle3_step``, ``peagle_step`` with ``partition``) are the
+reference that the packed path is tested against and what the notebooks step through;
+``Trainer`` runs the packed path.
 
 See docs/training.md for how the method maps onto these files.
 """

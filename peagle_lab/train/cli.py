@@ -11,8 +11,6 @@ import functools
 import json
 import shlex
 import sys
-import time
-from dataclasses import asdict
 from pathlib import Path
 
 import torch

@@ -126,11 +126,18 @@ def split_groups(groups: list[str], fraction: float, max_heldout: int, seed: int
 def generate_responses(target, prompts: list[tuple], *, temperature: float, max_new_tokens: int, concurrency: int,
                        seed: int, budget: Budget | None = None, progress: bool = True,
                        desc: str = "responses") -> list[Example]:
-    """Responses of ``target`` to ``Prompt`` tuples (or ``(text, source, group, ids)``), batched.
+    """Responses of ``target`` to ``prompts``, batched in chunks of ``concurrency``.
 
-    Chunks are formed in length order (less padding) and chunk ``n`` samples with seed
-    ``seed + n``; the examples come back in the order of ``prompts``. No chunk starts once
-    ``budget`` is exhausted (those prompts are skipped); generated tokens are added to it.
+    Chunks are formed in length order (less padding) and chunk ``n`` samples with seed ``seed + n``.
+
+    Args:
+        prompts: ``Prompt`` tuples, or plain ``(text, source, group, ids)``.
+        temperature: 0 for greedy responses, else sampled ones.
+        budget: no chunk starts once it is exhausted (those prompts are skipped); the
+            generated tokens are added to it.
+
+    Returns:
+        The examples of the prompts answered, in the order of ``prompts``.
     """
     from tqdm.auto import tqdm
 

@@ -67,6 +67,8 @@ def init_distributed(device: torch.device | str) -> DistInfo:
     rank, world, local = env_world()
     device = torch.device(device)
     if device.type == "cuda":
+        if device.index is None:
+            device = torch.device("cuda", local if world > 1 else torch.cuda.current_device())
         if world > 1:
             if local >= torch.cuda.device_count():
                 raise ValueError(f"LOCAL_RANK={local} but only {torch.cuda.device_count()} GPU(s) are visible; "

@@ -236,10 +236,8 @@ class Budget:
 def sample_user_turns(target, tokenizer, prefixes: list[list[int]], *, temperatures: Sequence[float],
                       max_new_tokens: int, concurrency: int, seed: int, budget: Budget | None = None,
                       progress: bool = True, desc: str = "user turns") -> list[str | None]:
-    """One user turn sampled after each prefix, in chunks of ``concurrency``.
-
-    Chunk ``i`` uses ``temperatures[i % len]`` and seed ``seed + i``; no chunk starts once
-    ``budget`` is exhausted.
+    """One user turn sampled after each prefix, in chunks of ``concurrency`` (chunk ``i`` with
+    ``temperatures[i % len]`` and seed ``seed + i``; none starts once ``budget`` is exhausted).
 
     Returns:
         The stripped texts in prefix order, None where the turn did not end with an
@@ -277,6 +275,9 @@ def _verdicts(texts: list[str | None], n: int, filt: PromptFilter, exclude: Excl
 
 def assign_domains(n: int, domains=MAGPIE_DOMAINS, seed: int = 0) -> list[str]:
     """``n`` domain names in proportion to their weights (largest remainder), in seeded order.
+
+    Raises:
+        ValueError: ``n`` < 0, no domains, or a weight <= 0.
 
     >>> sorted(assign_domains(6, (("a", None, 2), ("b", None, 1)), seed=0))
     ['a', 'a', 'a', 'a', 'b', 'b']
@@ -333,8 +334,7 @@ def follow_up_turns(target, tokenizer, conversations: list[list[int]], *,
     """Magpie after a conversation: the target writes the user's next message.
 
     Args:
-        conversations: token ids of each conversation up to where the next user's text
-            begins (``join_turn(ids, turn_joints(tokenizer)[0])``).
+        conversations: ids of each conversation up to the next user's text (``join_turn``).
 
     Returns:
         ``(turns, stats)``: per conversation the kept text or None, and the outcome counts.

@@ -58,36 +58,53 @@ MATH_TEMPLATES = (
 THEMES = ("the first snow of winter", "a lighthouse keeper", "moving to a new city", "an old bicycle",
           "friendship between neighbours", "a rainy market day", "learning to cook", "the night sky",
           "a forgotten library book", "a small-town bakery", "the sea at dawn", "a long train journey",
-          "a lost umbrella", "a grandmother's garden", "the last day of school", "a robot learning to paint")
+          "a lost umbrella", "a grandmother's garden", "the last day of school", "a robot learning to paint",
+          "a power cut in a big city", "the smell of fresh bread", "a marathon runner's last mile", "an abandoned mine",
+          "a street musician", "the first day at a new job", "a kite festival", "a village during a flood",
+          "a cat who rules the house", "an astronaut looking back at Earth", "autumn leaves", "a broken clock")
 SITUATIONS = ("asking a landlord to repair a leaking sink", "inviting colleagues to a farewell lunch",
               "requesting a deadline extension from a professor", "following up after a job interview",
               "apologising to a customer for a late delivery", "asking a neighbour to keep the noise down at night",
-              "proposing a new weekly team meeting time", "thanking a mentor for their advice")
+              "proposing a new weekly team meeting time", "thanking a mentor for their advice",
+              "declining a wedding invitation politely", "asking a manager for a day of leave",
+              "reminding a friend about money they borrowed", "welcoming a new member to a book club",
+              "complaining to a gym about broken equipment", "congratulating a colleague on a promotion")
 PRODUCTS = ("a solar-powered camping lantern", "a reusable glass water bottle", "a foldable standing desk",
             "noise-cancelling headphones for children", "a hand-made ceramic teapot", "a weather-proof dog jacket",
-            "a smart plant-watering sensor", "a wool travel blanket")
+            "a smart plant-watering sensor", "a wool travel blanket", "a bamboo cutting board",
+            "an electric cargo bike", "a pocket-sized language translator", "a recycled-plastic backpack",
+            "a cast-iron frying pan", "a board game for family evenings")
 ROLES = ("junior data analyst", "barista at a busy cafe", "museum tour guide", "primary school teaching assistant",
-         "warehouse team lead", "junior web developer", "hotel receptionist", "community garden coordinator")
+         "warehouse team lead", "junior web developer", "hotel receptionist", "community garden coordinator",
+         "bicycle mechanic", "night-shift nurse", "librarian at a public library", "social media assistant",
+         "delivery driver", "event planner for a small charity")
 DEBATES = ("a four-day working week", "banning cars from city centres", "school uniforms",
            "homework for young children", "remote work", "nuclear power", "year-round daylight saving time",
-           "free public transport")
+           "free public transport", "a tax on sugary drinks", "phones in classrooms", "space exploration budgets",
+           "lowering the voting age to sixteen", "universal basic income", "zoos")
 WRITING_FORMS = (
     ("poem", "Write a short poem about {topic}", THEMES),
     ("story", "Write a short story about {topic}", THEMES),
     ("diary", "Write a diary entry about {topic}", THEMES),
     ("speech", "Write the opening of a speech about {topic}", THEMES),
+    ("blog", "Write the introduction of a blog post about {topic}", THEMES),
+    ("letter", "Write a letter to a friend about {topic}", THEMES),
     ("email", "Write an email {topic}", SITUATIONS),
     ("message", "Draft a short text message {topic}", SITUATIONS),
     ("product", "Write a product description for {topic}", PRODUCTS),
     ("ad", "Write a radio advertisement for {topic}", PRODUCTS),
+    ("review", "Write a customer review of {topic}", PRODUCTS),
     ("cover_letter", "Write a cover letter for a job as a {topic}", ROLES),
     ("job_ad", "Write a job advertisement for a {topic}", ROLES),
     ("summary", "Summarise the main arguments for and against {topic}", DEBATES),
     ("essay", "Write a persuasive paragraph in favour of {topic}", DEBATES),
+    ("outline", "Write an outline for an essay on {topic}", DEBATES),
 )
 CONSTRAINTS = ("", " in under 100 words", " for a ten-year-old reader", " in a light, humorous tone",
                " in a formal tone", " in exactly three paragraphs", " and give it a title",
-               " in the second person", " that ends with a question", " using simple, clear language")
+               " in the second person", " that ends with a question", " using simple, clear language",
+               " in an enthusiastic tone", " for a busy reader, in five sentences or fewer", " with a clear structure",
+               " without using any clichés")
 
 
 def _math_fields(rng: random.Random) -> dict:
@@ -151,6 +168,8 @@ def math_prompts(n: int, seed: int = 0, exclude: Exclusions | None = None) -> li
 
 def writing_prompts(n: int, seed: int = 0, exclude: Exclusions | None = None) -> list[tuple[str, str]]:
     """Up to ``n`` distinct writing tasks: a form (poem, email, cover letter, …) × topic × constraint.
+
+    There are 4,312 combinations; a larger ``n`` gives all of them.
 
     Args:
         n: how many prompts to make (at most the number of combinations).
