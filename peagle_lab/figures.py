@@ -16,6 +16,8 @@
 | ``partition_sizes_figure`` | segment sizes per S (+ GPU memory)     | 3        |
 | ``training_curves_figure`` | ``Trainer`` ``on_step`` metrics        | 6        |
 | ``acceptance_reports_figure`` | per-position acceptance per head    | 6        |
+| ``learning_curve_figure``  | a training session's ``results.json``  | 6        |
+| ``acceptance_vs_k_figure`` | AL per K per head (``results.json``)   | 6        |
 
 ``figure_mime_bundle`` turns a figure into raw display data (for in-place updates).
 
@@ -46,6 +48,7 @@ OUTCOME_KINDS = ("accepted", "rejected", "recovered", "bonus", "discarded")
 OUTCOME_COLORS = {"accepted": "#54A24B", "rejected": "#E45756", "recovered": "#4C78A8",
                   "bonus": "#F58518", "discarded": "#E0E0E0"}
 PART_COLORS = {"verify": "#4C78A8", "prep": "#72B7B2", "draft": "#F58518"}
+DEPTH_COLORS = ("#4C78A8", "#F58518", "#54A24B", "#E45756", "#72B7B2", "#B279A2", "#EECA3B", "#9D755D")
 
 TokenText = Callable[[int], str] | None
 
@@ -425,4 +428,48 @@ def acceptance_reports_figure(reports: Mapping[str, Sequence], k: int) -> go.Fig
     fig.update_xaxes(title="draft position", dtick=1)
     fig.update_yaxes(title="accepted at this position / drafts", range=[0, 1])
     fig.update_layout(title=f"held-out acceptance at K={k} (temperature 0, the real engine)", height=360)
+    return fig
+
+
+def learning_curve_figure(results: Mapping) -> go.Figure:
+    """Held-out top-1 agreement per depth against target tokens trained on, one panel per head.
+
+    ``results`` is a training session's ``results.json`` (``peagle_lab.train.report``): its
+    heads' ``curve`` points, taken every few hundred steps on the same held-out rows.
+    """
+    from plotly.subplots import make_subplots
+
+    heads = results["heads"]
+    fig = make_subplots(rows=1, cols=len(heads), shared_yaxes=True,
+                        subplot_titles=[f"{name} ({h['num_hidden_layers']} layer)" for name, h in heads.items()])
+    for col, h in enumerate(heads.values(), start=1):
+        curve = h["curve"]
+        x = [p["tokens"] / 1e6 for p in curve]
+        for d in range(max((len(p["depth_acc"]) for p in curve), default=0)):
+            fig.add_trace(go.Scatter(x=x, y=[p["depth_acc"][d] for p in curve], mode="lines+markers",
+                                     name=f"depth {d}", legendgroup=f"d{d}", showlegend=col == 1,
+                                     line=dict(color=DEPTH_COLORS[d % len(DEPTH_COLORS)])), row=1, col=col)
+        fig.update_xaxes(title="target tokens trained on (millions)", row=1, col=col)
+    fig.update_yaxes(title="held-out top-1 agreement with the target", range=[0, 1], row=1, col=1)
+    fig.update_layout(title="learning curves (teacher-forced, held-out rows)", height=380)
+    return fig
+
+
+def acceptance_vs_k_figure(results: Mapping, workload: str | None = None) -> go.Figure:
+    """Acceptance length against K for each head: the K-scaling picture, from ``results.json``.
+
+    Args:
+        results: a training session's results document.
+        workload: None for the held-out prompts, else a benchmark workload name ("chat", "code").
+    """
+    fig = go.Figure()
+    for name, h in results["heads"].items():
+        acc = h["acceptance"] if workload is None else h["workloads"].get(workload, {})
+        ks = sorted(acc, key=int)
+        fig.add_trace(go.Scatter(x=[int(k) for k in ks], y=[acc[k]["AL"] for k in ks], mode="lines+markers",
+                                 name=f"{name} ({h['num_hidden_layers']} layer)"))
+    fig.update_xaxes(title="K (draft tokens per step)", dtick=1)
+    fig.update_yaxes(title="acceptance length (tokens per step)", rangemode="tozero")
+    where = "held-out prompts" if workload is None else f"the {workload} workload"
+    fig.update_layout(title=f"acceptance length vs K on {where} (temperature 0)", height=360)
     return fig

@@ -185,3 +185,19 @@ def test_figure_mime_bundle_outside_jupyter():
     bundle = figures.figure_mime_bundle(figures.acceptance_figure([1], [1.5], title="t"))
     assert bundle["application/vnd.plotly.v1+json"]["data"][0]["y"] == [1.5]
     assert bundle["text/plain"] == "<plotly figure: t>"
+
+
+def test_training_session_figures_draw_the_committed_results():
+    import json
+    from pathlib import Path
+
+    from peagle_lab.figures import acceptance_vs_k_figure, learning_curve_figure
+
+    results = json.loads((Path(__file__).parents[1] / "docs/results/h200/training/results.json").read_text())
+    fig = learning_curve_figure(results)
+    heads = results["heads"]
+    depths = sum(len(h["curve"][0]["depth_acc"]) for h in heads.values())
+    assert len(fig.data) == depths  # one line per depth per head
+    assert fig.data[0].y[-1] == heads[next(iter(heads))]["curve"][-1]["depth_acc"][0]
+    ks = acceptance_vs_k_figure(results)
+    assert [t.y[-1] for t in ks.data] == [h["acceptance"][max(h["acceptance"], key=int)]["AL"] for h in heads.values()]

@@ -76,8 +76,29 @@ def goals(heads: dict) -> dict:
     return out
 
 
-def training_results(ship: Path | str) -> dict:
-    """Gather ``ship/heads/*/summary.json``, ``ship/data/card.json`` and ``ship/throughput.json``."""
+def depth_study(summaries: list[Path]) -> dict:
+    """P-EAGLE heads of different depths trained side by side: layers, steps, tokens, AL per K.
+
+    >>> depth_study([])
+    {}
+    """
+    out = {}
+    for f in summaries:
+        s = json.loads(Path(f).read_text())
+        e = head_entry(s)
+        out[f"{s.get('num_hidden_layers')}-layer"] = {k: e[k] for k in ("num_hidden_layers", "steps", "wall_s", "tokens",
+                                                                       "tokens_per_s", "heldout_loss", "heldout_depth_acc",
+                                                                       "acceptance", "command", "eval_command")}
+    return out
+
+
+def training_results(ship: Path | str, depth: list[Path] = ()) -> dict:
+    """Gather ``ship/heads/*/summary.json``, ``ship/data/card.json`` and ``ship/throughput.json``.
+
+    Args:
+        ship: the packaged session folder.
+        depth: summaries of a depth study (P-EAGLE heads of several depths, same budget each).
+    """
     ship = Path(ship)
     heads = {p.parent.name: head_entry(json.loads(p.read_text())) for p in sorted(ship.glob("heads/*/summary.json"))}
     if not heads:
@@ -94,6 +115,8 @@ def training_results(ship: Path | str) -> dict:
         out["throughput"] = [{k: r.get(k) for k in ("method", "tokens_per_s", "step_ms_median", "mfu",
                                                      "achieved_tflops", "peak_memory_gib", "split_ms")}
                              for r in b.get("results", [])]
+    if depth:
+        out["depth_study"] = depth_study(list(depth))
     stages = ship / "stage_seconds.json"
     if stages.is_file():
         out["stage_seconds"] = json.loads(stages.read_text())
@@ -104,10 +127,11 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m peagle_lab.train.report", description=__doc__.splitlines()[0])
     p.add_argument("ship", help="folder with heads/*/summary.json (and data/card.json, throughput.json)")
     p.add_argument("--out", required=True)
+    p.add_argument("--depth", nargs="*", default=[], help="summary.json files of a depth study")
     args = p.parse_args(argv)
     from ..models.checkpoints import write_json
 
-    res = training_results(args.ship)
+    res = training_results(args.ship, [Path(d) for d in args.depth])
     write_json(Path(args.out), res)
     print(json.dumps(res["goals"], indent=2))
     return 0
