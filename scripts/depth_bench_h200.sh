@@ -1,26 +1,26 @@
 #!/usr/bin/env bash
-# Choose the P-EAGLE head's depth by measured throughput (issue 5), on the H200, after
-# `RUNS_SPEC="peagle:1 peagle:2 peagle:3 peagle:4" SHIP_WEIGHTS=none bash scripts/train_heads_h200.sh`
-# left the exported heads in $WORK/heads-kept/peagle-{1,2,3,4}l (same data, same wall-clock budget,
-# trained side by side).
+# Choose the P-EAGLE head's depth by measured throughput, on the H200, after heads of several
+# depths were trained on the same data with the same budget and exported by `peagle-lab train-eval`
+# into $KEPT/peagle-<N>l (e.g. `--run runs/peagle-1l runs/peagle-4l --export $WORK/heads-kept`),
+# each alone on a GPU (see docs/training.md, "Choosing the P-EAGLE depth").
 #
 # Each head gets the same P-EAGLE sweep through scripts/bench_h200.sh (bf16, CUDA graphs, 128 new
 # tokens, K ∈ {3,5,7}, c ∈ {1,64}, chat + code); `python -m peagle_lab.bench.depth` ranks them by the
 # geometric mean of best-K TPS over those columns. Everything (the per-depth bench.json/log, the
 # choice and the winner's head) goes into $OUT/depth.tgz.part-N (≤ 15 MiB each):
 #   cat depth.tgz.part-* | tar -xzf -
-# Knobs: WORK (default /tmp/work), PYTHON, DEPTH_BENCH_FLAGS (extra flags for every bench run).
+# Knobs: WORK (default /tmp/work), KEPT (default $WORK/heads-kept), PYTHON, DEPTH_BENCH_FLAGS.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 WORK=${WORK:-/tmp/work}
 OUT=${OUT:?set OUT to the output folder}
-KEPT=$WORK/heads-kept
+KEPT=${KEPT:-$WORK/heads-kept}
 DEST=$WORK/depth
 mkdir -p "$DEST" "$OUT"
 PAIRS=()
 for head in "$KEPT"/peagle-*l; do
-  [ -d "$head" ] || { echo "no heads under $KEPT (run scripts/train_heads_h200.sh with SHIP_WEIGHTS=none first)"; exit 2; }
+  [ -d "$head" ] || { echo "no heads under $KEPT (export heads named peagle-<N>l there with train-eval first)"; exit 2; }
   n=$(basename "$head"); n=${n#peagle-}; n=${n%l}
   echo "### depth $n: $head"
   OUT="$DEST/peagle-${n}l" PYTHON="$PY" bash scripts/bench_h200.sh --methods peagle --peagle-head "$head" \
