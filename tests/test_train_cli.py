@@ -105,3 +105,26 @@ def test_eval_exports_a_bf16_head_with_its_card(runs, tmp_path):
     assert "| K | AL |" in card and "python -m peagle_lab.train.cli eval" in card
     drafter = load_head(head, tiny_target(seed=0))  # loads back and fits the target
     assert drafter.config.method == "peagle"
+
+
+def test_warm_start_continues_a_head_and_adds_up_its_token_passes(runs, tmp_path):
+    """--init-from: the head's weights and vocabulary, a fresh schedule, cumulative token passes."""
+    full = runs[0]
+    first = json.loads((full / "summary.json").read_text())
+    out = tmp_path / "continued"
+    r = subprocess.run([sys.executable, "-m", "peagle_lab.train.cli", "train", "--tiny", "--method", "peagle",
+                        "--init-from", str(full / "head"), "--steps", "3", "--lr", "0", "--batch-size", "4",
+                        "--row-len", "64", "--k-train", "4", "--tiny-examples", "48", "--no-eval", "--no-progress",
+                        "--ckpt-every", "0", "--out", str(out)], env=ENV, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    second = json.loads((out / "summary.json").read_text())
+    assert second["prior"]["tokens"] == first["tokens"] > 0
+    assert second["cumulative"]["tokens"] == first["tokens"] + second["tokens"]
+    assert [run["steps"] for run in second["cumulative"]["runs"]] == [STEPS, 3]
+    a, b = load_file(str(full / "head" / "model.safetensors")), load_file(str(out / "head" / "model.safetensors"))
+    assert all(torch.equal(a[k], b[k]) for k in a)  # lr 0: the warm start is exactly the head it read
+    assert "token passes in all (2 run(s), warm-started from" in (out / "head" / "README.md").read_text()
+    bad = subprocess.run([sys.executable, "-m", "peagle_lab.train.cli", "train", "--tiny", "--method", "eagle3",
+                          "--init-from", str(full / "head"), "--steps", "1", "--out", str(tmp_path / "x")],
+                         env=ENV, capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2 and "is a peagle head" in bad.stderr
