@@ -7,7 +7,6 @@ import json
 from collections import Counter
 
 import pytest
-import torch
 
 from peagle_lab.chat import encode_chat
 from peagle_lab.testing import CHAT_PROMPTS, tiny_target
@@ -22,15 +21,6 @@ BENCHMARK = ["Write a function that returns the sum of two integers a and b.",
 MAGPIE = ["Can you suggest a name for my new bakery?", BENCHMARK[0], "  what is the capital of FRANCE?  ",
           "How do I keep basil alive indoors?", "Give me a packing list for a weekend hike.",
           "What should I read after finishing Dune?", "How can I learn to juggle three balls?"]
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """The tiny model gains nothing from a second thread, and runs 10x+ slower on cores shared with a neighbour."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 FOLLOW_UP = "Could you explain that again, more simply?"

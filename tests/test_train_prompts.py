@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
-import torch
 
 from peagle_lab.testing import tiny_target
 from peagle_lab.train.prompts import (
@@ -14,15 +13,6 @@ from peagle_lab.train.prompts import (
 )
 from peagle_lab.train.prompts_synthetic import math_prompts, writing_prompts
 from peagle_lab.train.tiny import CharTokenizer
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """The tiny model gains nothing from a second thread, and runs 10x+ slower on cores shared with a neighbour."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.mark.parametrize("text, reason", [
