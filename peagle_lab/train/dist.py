@@ -19,13 +19,10 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Sequence, TypeVar
+from typing import Sequence
 
 import torch
 import torch.distributed as dist
-
-T = TypeVar("T")
-
 
 @dataclass(frozen=True)
 class DistInfo:
@@ -113,7 +110,7 @@ def all_gather_objects(obj) -> list:
     return [obj]
 
 
-def shard(items: Sequence[T], rank: int, world_size: int) -> list[T]:
+def shard(items: Sequence, rank: int, world_size: int) -> list:
     """Rank ``rank``'s share of ``items``: every ``world_size``-th item, so shares differ by ≤ 1.
 
     >>> shard(list("abcdefg"), 0, 3), shard(list("abcdefg"), 2, 3)

@@ -112,7 +112,7 @@ class TrainConfig:
 
     @property
     def decay(self) -> float:
-        """The depth weight's base: the configured one, else 0.8 (EAGLE-3's public recipes) or 1."""
+        """Base of the per-depth loss weight, as configured, else 0.8 for EAGLE-3 (public recipes) and 1."""
         if self.depth_decay is not None:
             return self.depth_decay
         return 0.8 if self.method == "eagle3" else 1.0

@@ -94,7 +94,7 @@ class StepBuilder:
 
     @property
     def num_elements(self) -> int:
-        """Drafter rows computed per batch row (P-EAGLE: Σ quotas; EAGLE-3: K·T)."""
+        """How many drafter rows one batch row computes, Σ quotas for P-EAGLE and K·T for EAGLE-3."""
         return sum(self.quotas)
 
     def target_mask(self, rows: PackedRows):
