@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # One training session on the H200 machine (1 or 2 GPUs), offline, in about 20 minutes:
 #   1 data     self-distilled by our engine on every GPU (torchrun, sharded by rank), ≥ 70 % greedy
-#   2 train    EAGLE-3 and P-EAGLE, each alone on its own GPU for the same wall-clock budget (with
-#              one GPU: one after the other, half the budget each); WSD schedule, learning curve
+#   2 train    the heads of RUNS (default "eagle3:1 peagle:1"), each alone on its own GPU for the same
+#              wall-clock budget, NGPU at a time; WSD schedule, learning curve
 #   3 bench    training throughput per method (peagle_lab.train.bench) → throughput.json, after
 #              training so that inductor's disk cache already holds the compiled step
 #   4 eval     acceptance per K and per position with the real engine: held-out prompts, and the
@@ -11,8 +11,9 @@
 #
 # Needs $OUT and the converted model ($PEAGLE_LAB_CACHE/models/SmolLM2-135M-Instruct; see
 # scripts/stage_h200.sh). Knobs (environment): PYTHON, WORK, SEED, DATA_TOKENS (40000000),
-# DATA_BUDGET_S (220), TRAIN_BUDGET_S (450), NUM_MAGPIE (48000), ROW_LEN (2048), BATCH (16 rows a GPU), LR (1e-3),
-# PEAGLE_LAYERS (1), INIT_EAGLE3 / INIT_PEAGLE (warm-start head folders), EVAL_KS, SKIP_BENCH=1.
+# DATA_BUDGET_S (220), TRAIN_BUDGET_S (450, per run), NUM_MAGPIE (48000), ROW_LEN (2048), BATCH (16 rows a
+# GPU), LR (1e-3), RUNS ("METHOD:LAYERS[:WARM_START_HEAD] ...", e.g. "eagle3:1:peagle_lab/heads/eagle3 peagle:4
+# peagle:2"; PEAGLE_LAYERS / INIT_EAGLE3 / INIT_PEAGLE shape the default), EVAL_KS, SKIP_BENCH=1, SKIP_DATA=1.
 # SMOKE=1 DEVICE=cpu runs every stage on the tiny random target in a few minutes (checks this script).
 # Reassemble:  cat heads.tgz.part-* | tar -xzf -
 set -euo pipefail
@@ -74,38 +75,46 @@ t=$SECONDS
 COMMON=("${TGT[@]}" --device "$DEVICE" --batch-size "$BATCH" --row-len "$ROW_LEN" --draft-vocab-size $VOCAB --seed "$SEED")
 TRAIN=("${COMMON[@]}" --data "$WORK/data" --lr "$LR" --schedule wsd --warmup-fraction 0.03 --decay-fraction 0.25
        --log-every 50 --ckpt-every 500 --eval-every 250 --heldout-rows 32 --no-eval --no-progress)
-if [ "$NGPU" -gt 1 ] || [ "$DEVICE" = cpu ]; then BUDGET=$TRAIN_BUDGET_S; else BUDGET=$((TRAIN_BUDGET_S / 2)); fi
-run_train() {  # run_train METHOD GPU EXTRA...
-  local m=$1 g=$2; shift 2
-  CUDA_VISIBLE_DEVICES=$(gpu "$g") TORCH_LOGS=recompiles "$PY" -m peagle_lab.train.cli train --method "$m" --out "$WORK/runs/$m" \
-    "${TRAIN[@]}" --time-budget-s "$BUDGET" "$@" > "$WORK/train-$m.log" 2>&1
+# RUNS: METHOD:LAYERS[:WARM_START_HEAD] each; run i goes to GPU i mod NGPU, in waves of NGPU runs,
+# every run alone on its GPU for TRAIN_BUDGET_S (the fair protocol: the same GPU for the same time).
+read -r -a SPECS <<< "${RUNS:-eagle3:1${INIT_EAGLE3:+:$INIT_EAGLE3} peagle:${PEAGLE_LAYERS:-1}${INIT_PEAGLE:+:$INIT_PEAGLE}}"
+NAMES=(); METHODS=(); LAYERS=(); INITS=()
+for spec in "${SPECS[@]}"; do
+  IFS=: read -r m l init <<< "$spec"
+  case $m in eagle3|peagle) ;; *) echo "RUNS: unknown method '$m' in '$spec' (expected eagle3:N or peagle:N[:HEAD])"; exit 2 ;; esac
+  NAMES+=("$m-${l}l"); METHODS+=("$m"); LAYERS+=("$l"); INITS+=("${init:-}")
+done
+waves() {  # waves FUNCTION: FUNCTION INDEX GPU for every run, NGPU at a time; fails if any failed
+  local rc=0 i j pids
+  for ((i = 0; i < ${#NAMES[@]}; i += NGPU)); do
+    pids=()
+    for ((j = i; j < i + NGPU && j < ${#NAMES[@]}; j++)); do "$1" "$j" $((j - i)) & pids+=($!); done
+    for pid in "${pids[@]}"; do wait "$pid" || rc=1; done
+  done
+  return $rc
 }
-E3=(--layers 1 ${INIT_EAGLE3:+--init-from "$INIT_EAGLE3"})
-PE=(--layers "${PEAGLE_LAYERS:-1}" ${INIT_PEAGLE:+--init-from "$INIT_PEAGLE"})
-FAIL=0
-if [ "$NGPU" -gt 1 ]; then
-  run_train eagle3 0 "${E3[@]}" & P0=$!
-  run_train peagle 1 "${PE[@]}" & P1=$!
-  wait $P0 || { echo "training eagle3 failed"; FAIL=1; }
-  wait $P1 || { echo "training peagle failed"; FAIL=1; }
-else
-  run_train eagle3 0 "${E3[@]}" || { echo "training eagle3 failed"; FAIL=1; }
-  run_train peagle 0 "${PE[@]}" || { echo "training peagle failed"; FAIL=1; }
-fi
-for m in eagle3 peagle; do echo "----- $m -----"; grep -v "^\s*$" "$WORK/train-$m.log" | tail -25; done
+train_one() {  # train_one INDEX GPU
+  local n=${NAMES[$1]}
+  CUDA_VISIBLE_DEVICES=$(gpu "$2") TORCH_LOGS=recompiles "$PY" -m peagle_lab.train.cli train --method "${METHODS[$1]}" \
+    --layers "${LAYERS[$1]}" ${INITS[$1]:+--init-from "${INITS[$1]}"} --out "$WORK/runs/$n" "${TRAIN[@]}" \
+    --time-budget-s "$TRAIN_BUDGET_S" > "$WORK/train-$n.log" 2>&1 || { echo "training $n failed"; return 1; }
+}
+FAIL=0; waves train_one || FAIL=1
+for n in "${NAMES[@]}"; do echo "----- $n -----"; grep -v "^\s*$" "$WORK/train-$n.log" | tail -25; done
 [ "$FAIL" = 0 ] || exit 1
 mark train $t
 
 # ---------------------------------------------------------------- 3 training throughput (warm compile cache)
 t=$SECONDS
+bench_one() {  # bench_one INDEX GPU
+  local n=${NAMES[$1]}
+  CUDA_VISIBLE_DEVICES=$(gpu "$2") "$PY" -m peagle_lab.train.bench "${COMMON[@]}" --data "$WORK/data" \
+    --methods "${METHODS[$1]}" --layers "${LAYERS[$1]}" --steps $BENCH_STEPS --warmup 2 --out "$WORK/bench-$n.json" \
+    > "$WORK/bench-$n.log" 2>&1 || echo "bench $n failed (training goes on)"
+}
 if [ "${SKIP_BENCH:-0}" != 1 ]; then
-  CUDA_VISIBLE_DEVICES=$(gpu 0) "$PY" -m peagle_lab.train.bench "${COMMON[@]}" --data "$WORK/data" --methods eagle3 \
-    --steps $BENCH_STEPS --warmup 2 --out "$WORK/bench-eagle3.json" > "$WORK/bench-eagle3.log" 2>&1 & B0=$!
-  CUDA_VISIBLE_DEVICES=$(gpu $((NGPU > 1 ? 1 : 0))) "$PY" -m peagle_lab.train.bench "${COMMON[@]}" --data "$WORK/data" \
-    --methods peagle --layers "${PEAGLE_LAYERS:-1}" --steps $BENCH_STEPS --warmup 2 --out "$WORK/bench-peagle.json" \
-    > "$WORK/bench-peagle.log" 2>&1 & B1=$!
-  wait $B0 || echo "bench eagle3 failed (training goes on)"; wait $B1 || echo "bench peagle failed (training goes on)"
-  cat "$WORK/bench-eagle3.log" "$WORK/bench-peagle.log" | grep -v "^\s*$" | tail -20
+  waves bench_one
+  cat "$WORK"/bench-*.log | grep -v "^\s*$" | tail -20
   "$PY" - "$WORK" "$WORK/ship/throughput.json" <<'PYEOF'
 import json, sys
 from pathlib import Path
@@ -121,24 +130,22 @@ mark bench $t
 
 # ---------------------------------------------------------------- 4 eval + export
 t=$SECONDS
-run_eval() {  # run_eval METHOD GPU
+eval_one() {  # eval_one INDEX GPU
+  local n=${NAMES[$1]}
   CUDA_VISIBLE_DEVICES=$(gpu "$2") "$PY" -m peagle_lab.train.cli eval "${TGT[@]}" --device "$DEVICE" --data "$WORK/data" \
-    --run "$WORK/runs/$1" --export "$WORK/ship/heads" --eval-ks "$EVAL_KS" "${EVAL[@]}" "${WL[@]}" \
-    --head-dtype bfloat16 > "$WORK/eval-$1.log" 2>&1
+    --run "$WORK/runs/$n" --export "$WORK/ship/heads" --eval-ks "$EVAL_KS" "${EVAL[@]}" "${WL[@]}" \
+    --head-dtype bfloat16 > "$WORK/eval-$n.log" 2>&1 || { echo "evaluation of $n failed"; return 1; }
 }
-run_eval eagle3 0 & V0=$!
-run_eval peagle $((NGPU > 1 ? 1 : 0)) & V1=$!
-FAIL=0
-wait $V0 || FAIL=1; wait $V1 || FAIL=1
-cat "$WORK/eval-eagle3.log" "$WORK/eval-peagle.log"
-[ "$FAIL" = 0 ] || { echo "evaluation failed"; exit 1; }
+FAIL=0; waves eval_one || FAIL=1
+for n in "${NAMES[@]}"; do cat "$WORK/eval-$n.log"; done
+[ "$FAIL" = 0 ] || exit 1
 mark eval $t
 
 # ---------------------------------------------------------------- 5 package
 t=$SECONDS
-for m in eagle3 peagle; do
-  mkdir -p "$WORK/ship/runs/$m"
-  cp "$WORK/runs/$m/log.jsonl" "$WORK/runs/$m/summary.json" "$WORK/train-$m.log" "$WORK/eval-$m.log" "$WORK/ship/runs/$m/"
+for n in "${NAMES[@]}"; do
+  mkdir -p "$WORK/ship/runs/$n"
+  cp "$WORK/runs/$n/log.jsonl" "$WORK/runs/$n/summary.json" "$WORK/train-$n.log" "$WORK/eval-$n.log" "$WORK/ship/runs/$n/"
 done
 cp "$WORK"/bench-*.log "$WORK/ship/" 2>/dev/null || true
 echo "{${STAGES%, }}" > "$WORK/ship/stage_seconds.json"
