@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import time
 from pathlib import Path
 
 import torch
@@ -71,16 +70,6 @@ def _synthetic_examples(n: int, vocab: int, seed: int) -> list:
     return out
 
 
-def _timed(fn, cuda: bool) -> float:
-    if cuda:
-        torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    fn()
-    if cuda:
-        torch.cuda.synchronize()
-    return time.perf_counter() - t0
-
-
 def bench_method(target, method: str, examples: list, *, batch_size: int, row_len: int, layers: int,
                  draft_vocab_size: int, k_train: int, warmup: int, steps: int, compile: str, seed: int = 0) -> dict:
     """Measure one method's training step; returns a result row."""
@@ -96,26 +85,28 @@ def bench_method(target, method: str, examples: list, *, batch_size: int, row_le
     import tempfile
 
     with tempfile.TemporaryDirectory() as tmp:
-        return _measure(Trainer(target, drafter, examples, cfg, tmp, progress=False), target, drafter, layers,
-                        warmup, steps)
+        return _measure(Trainer(target, drafter, examples, cfg, tmp, progress=False), warmup, steps)
 
 
-def _measure(tr, target, drafter, layers: int, warmup: int, steps: int) -> dict:
+def _measure(tr, warmup: int, steps: int) -> dict:
     """Time ``warmup`` untimed and ``steps`` timed training steps of trainer ``tr``; the result row."""
-    cfg = tr.cfg
+    from .loop import synced_seconds
+
+    cfg, target, drafter = tr.cfg, tr.target, tr.drafter
     method, k_train, batch_size, row_len = cfg.method, cfg.k_train, cfg.batch_size, cfg.row_len
+    layers = drafter.config.num_hidden_layers
     cuda = tr.device.type == "cuda"
     if cuda:
         torch.cuda.reset_peak_memory_stats()
     batches = [tr.next_rows() for _ in range(warmup + steps)]
-    first = [_timed(lambda b=b: tr._guarded_step(b[0], 1e-4, tr.seed_step(i)), cuda)
+    first = [synced_seconds(lambda b=b: tr._guarded_step(b[0], 1e-4, tr.seed_step(i)), tr.device)
              for i, b in enumerate(batches[:warmup])]
-    step_s = [_timed(lambda b=b: tr.train_step(b[0], 1e-4, tr.seed_step(i)), cuda)
+    step_s = [synced_seconds(lambda b=b: tr.train_step(b[0], 1e-4, tr.seed_step(i)), tr.device)
               for i, b in enumerate(batches[warmup:])]
     tokens = statistics.mean(t for _, t in batches[warmup:])
     med = statistics.median(step_s)
     flops = step_flops(target, drafter, tokens, batch_size * tr.builder.num_elements)
-    split = _split(tr, batches[-1][0], cuda)
+    split = _split(tr, batches[-1][0])
     name = torch.cuda.get_device_name(tr.device) if cuda else "cpu"
     peak = peak_flops(name)
     return {"method": method, "layers": layers, "k_train": k_train, "batch_rows": batch_size, "row_len": row_len,
@@ -128,21 +119,20 @@ def _measure(tr, target, drafter, layers: int, warmup: int, steps: int) -> dict:
             "split_ms": split}
 
 
-def _split(tr, rows, cuda: bool) -> dict:
+def _split(tr, rows) -> dict:
     """One step timed in parts, each synchronised (so the parts add up to more than a free-running step)."""
-    out = {}
-    mask = None
+    from .loop import synced_seconds
+
+    made = {}
 
     def target():
-        nonlocal mask
         mask = tr.builder.target_mask(rows)
-        out["_t"] = tr.target_fn(tr.target, rows.input_ids, rows.positions, mask, tr.draft_ids, tr.drafter.t2d)
-    out["target_ms"] = 1e3 * _timed(target, cuda)
-    targets = out.pop("_t")
-    holder = {}
-    out["inputs_ms"] = 1e3 * _timed(lambda: holder.setdefault("i", tr.builder.inputs(rows, targets, tr.seed_step(0))),
-                                    cuda)
-    out["full_step_ms"] = 1e3 * _timed(lambda: tr.train_step(rows, 1e-4, tr.seed_step(0)), cuda)
+        made["targets"] = tr.target_fn(tr.target, rows.input_ids, rows.positions, mask, tr.draft_ids, tr.drafter.t2d)
+
+    out = {"target_ms": 1e3 * synced_seconds(target, tr.device)}
+    out["inputs_ms"] = 1e3 * synced_seconds(lambda: tr.builder.inputs(rows, made["targets"], tr.seed_step(0)),
+                                            tr.device)
+    out["full_step_ms"] = 1e3 * synced_seconds(lambda: tr.train_step(rows, 1e-4, tr.seed_step(0)), tr.device)
     out["drafter_and_optimizer_ms"] = out["full_step_ms"] - out["target_ms"] - out["inputs_ms"]
     return out
 

@@ -124,10 +124,7 @@ def run_data(args) -> int:
                      heldout_fraction=args.heldout_fraction, shard_rows=args.shard_rows, seed=args.seed,
                      time_budget_s=args.time_budget_s, target_tokens=args.target_tokens)
     exclude = read_exclusions(args.exclude_file)  # bad input fails on every rank before any rank waits on another
-    device = _device(args.device)
-    if device.type == "cuda" and device.index is None:  # init_distributed's set_device needs an index
-        device = torch.device("cuda", torch.cuda.current_device())
-    info = init_distributed(device)
+    info = init_distributed(_device(args.device))
     try:
         args.device = str(info.device)  # under torchrun: this rank's GPU
         target, tok, name = load_target(args)

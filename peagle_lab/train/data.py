@@ -31,11 +31,8 @@ import time
 from collections import Counter
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
-from datetime import timedelta
 from pathlib import Path
 from typing import Iterable, NamedTuple
-
-import torch.distributed as dist
 
 from ..chat import encode_chat
 from ..config import SpecConfig, check_int
@@ -44,7 +41,7 @@ from .data_files import (  # noqa: F401  (load_split is re-exported: train.data 
     FORMAT, Example, clear_folder, environment, load_split, merge_split_stats, split_stats, throughput_section,
     write_card, write_split,
 )
-from .dist import shard
+from .dist import all_gather_objects, barrier, rank_and_world, shard
 from .prompts import (
     MAGPIE_DOMAINS, STDLIB_MODULES, Budget, Deduper, Exclusions, PromptFilter, code_prompts, derive_seed,
     follow_up_turns, join_turn, magpie_prompts, normalize_prompt, stdlib_functions, turn_joints,
@@ -158,34 +155,6 @@ def generate_responses(target, prompts: list[tuple], *, temperature: float, max_
             done[i] = Example(p.text, p.source, p.group, "greedy" if temperature == 0 else "sampled",
                               list(p.ids) + toks, len(p.ids), bool(toks) and toks[-1] in eos, p.domain, p.follow_up)
     return [done[i] for i in sorted(done)]
-
-
-class _Exchange:
-    """Object exchanges between the ranks, on a gloo group of their own with a long timeout.
-
-    The ranks meet after generating their shards, which on long runs can end minutes apart,
-    past NCCL's 10-minute default on the default group that ``dist.all_gather_objects`` and
-    ``dist.barrier`` use. Without a torchrun process group it is a world of one and exchanges nothing.
-    """
-
-    def __init__(self, timeout: timedelta = timedelta(hours=12)) -> None:
-        joined = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
-        self.rank, self.world = (dist.get_rank(), dist.get_world_size()) if joined else (0, 1)
-        self.group = dist.new_group(backend="gloo", timeout=timeout) if joined else None
-
-    def all_gather(self, obj) -> list:
-        """Every rank's ``obj`` (picklable), in rank order."""
-        if self.group is None:
-            return [obj]
-        out = [None] * self.world
-        dist.all_gather_object(out, obj, group=self.group)
-        return out
-
-    def close(self) -> None:
-        """Wait for every rank, then release the group."""
-        if self.group is not None:
-            dist.barrier(group=self.group)
-            dist.destroy_process_group(self.group)
 
 
 class _Phases:
@@ -305,8 +274,7 @@ def synthesize(target, tokenizer, cfg: DataConfig, out_dir: Path | str, exclude:
     """
     from ..testing import CHAT_PROMPTS
 
-    exchange = _Exchange()
-    rank, world = exchange.rank, exchange.world
+    rank, world = rank_and_world()
     out_dir, t0 = Path(out_dir), time.monotonic()
     log = log if rank == 0 else (lambda *_: None)
     if rank == 0:
@@ -322,7 +290,7 @@ def synthesize(target, tokenizer, cfg: DataConfig, out_dir: Path | str, exclude:
             exclude=excl, budget=magpie_budget, progress=progress)
         row["done"] = n_magpie - sum(c["skipped_budget"] for c in stats.values())
     hits = excl.hits
-    prompts, sources = _pool_prompts(exchange.all_gather((kept, stats)), cfg, excl)
+    prompts, sources = _pool_prompts(all_gather_objects((kept, stats)), cfg, excl)
     shared_hits = excl.hits - hits  # the same on every rank: count it once
     held = split_groups([p[2] for p in prompts], cfg.heldout_fraction, cfg.heldout_max, cfg.seed)
     train_p, held_p = [p for p in prompts if p[2] not in held], [p for p in prompts if p[2] in held]
@@ -361,7 +329,7 @@ def synthesize(target, tokenizer, cfg: DataConfig, out_dir: Path | str, exclude:
                          "heldout": write_split(heldout, out_dir, "heldout", cfg.shard_rows, rank)},
               "splits": {"train": split_stats(train), "heldout": split_stats(heldout)},
               "follow_ups": follow_stats, "stopped_by": {magpie_budget.stopped_by, budget.stopped_by}}
-    reports = exchange.all_gather(report)  # returns once every rank's shards are on disk
+    reports = all_gather_objects(report)  # returns once every rank's shards are on disk
     follow_ups = sum((Counter(r["follow_ups"]) for r in reports), Counter())
     throughput = throughput_section(reports)
     card = dict(
@@ -381,5 +349,5 @@ def synthesize(target, tokenizer, cfg: DataConfig, out_dir: Path | str, exclude:
         shards={s: [e for r in reports for e in r["shards"][s]] for s in ("train", "heldout")})
     if rank == 0:
         write_card(out_dir, card)
-    exchange.close()  # the folder is complete before any rank returns (a caller may read it next)
+    barrier()  # the folder is complete before any rank returns (a caller may read it next)
     return card

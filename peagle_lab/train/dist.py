@@ -19,10 +19,17 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Sequence
 
 import torch
 import torch.distributed as dist
+
+# How long a collective waits for the slowest rank. Ranks legitimately drift apart by minutes
+# (data shards that finish at different times, rank 0 evaluating while the others wait), well past
+# NCCL's 10-minute default, and a timeout then kills a run that was merely waiting.
+GROUP_TIMEOUT = timedelta(hours=12)
+
 
 @dataclass(frozen=True)
 class DistInfo:
@@ -73,9 +80,16 @@ def init_distributed(device: torch.device | str) -> DistInfo:
             device = torch.device("cuda", local)
         torch.cuda.set_device(device)
     if world > 1 and not dist.is_initialized():
-        dist.init_process_group("nccl" if device.type == "cuda" else "gloo",
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo", timeout=GROUP_TIMEOUT,
                                 device_id=device if device.type == "cuda" else None)
     return DistInfo(rank, world, local, device)
+
+
+def rank_and_world() -> tuple[int, int]:
+    """``(rank, world_size)`` of the joined process group; ``(0, 1)`` without one."""
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
 
 
 def barrier() -> None:

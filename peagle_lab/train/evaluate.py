@@ -158,8 +158,7 @@ def model_card(summary: dict, reports: list[AcceptanceReport], data_card: dict |
                   "check, not a benchmark (see `peagle-lab bench`)"
                   + (f"; plain decoding ran at {base:.0f} tok/s." if base else "."), "", reports_table(reports), ""]
     for name, rows in (get("workloads") or {}).items():
-        wr = [AcceptanceReport(**{k: (tuple(v) if k == "per_position_acceptance" else v) for k, v in r.items()})
-              for r in rows]
+        wr = reports_from_json(rows)
         if wr:
             lines += [f"## Benchmark workload `{name}` (prompts no training saw)", "",
                       f"{wr[0].num_prompts} prompts, temperature 0, same engine and device.", "",
@@ -173,3 +172,8 @@ def model_card(summary: dict, reports: list[AcceptanceReport], data_card: dict |
 def reports_to_json(reports: list[AcceptanceReport]) -> list[dict]:
     """Reports as plain dicts (logs, summaries, callbacks)."""
     return [asdict(r) for r in reports]
+
+
+def reports_from_json(rows: list[dict]) -> list[AcceptanceReport]:
+    """The inverse of :func:`reports_to_json` (JSON turns the per-position tuple into a list)."""
+    return [AcceptanceReport(**{**r, "per_position_acceptance": tuple(r["per_position_acceptance"])}) for r in rows]

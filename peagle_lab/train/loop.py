@@ -406,13 +406,8 @@ class Trainer:
         cfg = self.cfg
         rows, _ = self.next_rows()
         self.state.cursor -= 1  # the calibration batch is trained on again later
-        times = []
-        for i in range(cfg.calibration_steps):
-            t0 = time.monotonic()
-            self._guarded_step(rows, None, self.seed_step(0))
-            if self.device.type == "cuda":
-                torch.cuda.synchronize()
-            times.append(time.monotonic() - t0)
+        times = [synced_seconds(lambda: self._guarded_step(rows, None, self.seed_step(0)), self.device)
+                 for _ in range(cfg.calibration_steps)]
         per_step = sorted(times[1:])[len(times[1:]) // 2]  # the median, compilation excluded
         left = cfg.time_budget_s - (time.monotonic() - t_start)
         # Held-out points, log lines and checkpoints take their share too: keep 5 % in hand.
@@ -528,6 +523,18 @@ class Trainer:
             return
         keep = [line for line in path.read_text().splitlines() if line and json.loads(line).get("step", 0) <= step]
         path.write_text("".join(line + "\n" for line in keep))
+
+
+def synced_seconds(fn, device: torch.device) -> float:
+    """Wall time of ``fn()`` with the device synchronised before and after (CUDA runs ahead of the host)."""
+    cuda = device.type == "cuda"
+    if cuda:
+        torch.cuda.synchronize(device)
+    t0 = time.perf_counter()
+    fn()
+    if cuda:
+        torch.cuda.synchronize(device)
+    return time.perf_counter() - t0
 
 
 def _pad_rows(rows: PackedRows, batch: int) -> PackedRows:

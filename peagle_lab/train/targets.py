@@ -189,7 +189,5 @@ def packed_targets(target, input_ids: torch.Tensor, positions: torch.Tensor, att
         t2d: which target ids the draft vocabulary holds.  # [V] bool
     """
     out = target(input_ids, positions, return_logits=False, attn_mask=attn_mask)
-    full = target.lm_head(out.hidden)  # [B, T, V]
-    argmax = full.argmax(-1)
-    probs = torch.softmax(full.index_select(-1, draft_ids).float(), -1)
-    return PackedTargets(out.taps, probs, argmax, t2d[argmax])
+    logits, argmax = logits_from_hidden(target.lm_head, out.hidden, draft_ids)
+    return PackedTargets(out.taps, torch.softmax(logits, -1), argmax, t2d[argmax])

@@ -112,7 +112,7 @@ def run_train(args) -> int:
     from ..bench.cli import _device
     from ..models.heads import save_head
     from .dist import init_distributed, shutdown
-    from .evaluate import AcceptanceReport, model_card
+    from .evaluate import model_card, reports_from_json
     from .loop import PrintEvery, Trainer, TrainConfig
 
     t0 = time.monotonic()
@@ -138,7 +138,7 @@ def run_train(args) -> int:
     trainer = Trainer(target, drafter, train, cfg, out, heldout, callbacks, progress=not args.no_progress, dist=dist)
     result = trainer.run(resume=args.resume)
     if dist.is_main:
-        reports = [AcceptanceReport(**r) for r in result.eval.get("acceptance", [])]
+        reports = reports_from_json(result.eval.get("acceptance", []))
         this_run = {"tokens": result.tokens, "steps": result.steps, "method": args.method, "command": command_line(args)}
         summary = {
             "target": name, "method": args.method, "num_hidden_layers": drafter.config.num_hidden_layers,
