@@ -9,7 +9,8 @@
 # geometric mean of best-K TPS over those columns. Everything (the per-depth bench.json/log, the
 # choice and the winner's head) goes into $OUT/depth.tgz.part-N (≤ 15 MiB each):
 #   cat depth.tgz.part-* | tar -xzf -
-# Knobs: WORK (default /tmp/work), KEPT (default $WORK/heads-kept), PYTHON, DEPTH_BENCH_FLAGS.
+# Knobs: WORK (default /tmp/work), KEPT (default $WORK/heads-kept), PYTHON, DEPTH_BENCH_FLAGS,
+# DEPTH_PACK_HEAD=0 (leave the winner's weights out of the archive when they travel back another way).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -33,7 +34,8 @@ PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} "$PY" -m peagle_lab.bench.depth "${PA
   | tee "$DEST/depth_choice.txt"
 cp "$DEST/depth_choice.json" "$OUT/"
 chosen=$("$PY" -c "import json,sys; print(json.load(open(sys.argv[1]))['chosen_layers'])" "$DEST/depth_choice.json")
-mkdir -p "$DEST/heads"; rm -rf "$DEST/heads/"*; cp -r "$KEPT/peagle-${chosen}l" "$DEST/heads/"
+rm -rf "$DEST/heads"
+if [ "${DEPTH_PACK_HEAD:-1}" = 1 ]; then mkdir -p "$DEST/heads"; cp -r "$KEPT/peagle-${chosen}l" "$DEST/heads/"; fi
 tar -C "$DEST" -czf - . | split -b 15m -d -a 1 - "$OUT/depth.tgz.part-"
 ls -la "$OUT"
 echo "chosen depth: $chosen layer(s); its head: $KEPT/peagle-${chosen}l"

@@ -13,7 +13,10 @@
 # scripts/stage_h200.sh). Knobs (environment): PYTHON, WORK, SEED, DATA_TOKENS (40000000),
 # DATA_BUDGET_S (220), TRAIN_BUDGET_S (450, per run), NUM_MAGPIE (48000), ROW_LEN (2048), BATCH (16 rows a
 # GPU), LR (1e-3), RUNS ("METHOD:LAYERS[:WARM_START_HEAD] ...", e.g. "eagle3:1:peagle_lab/heads/eagle3 peagle:4
-# peagle:2"; PEAGLE_LAYERS / INIT_EAGLE3 / INIT_PEAGLE shape the default), EVAL_KS, SKIP_BENCH=1, SKIP_DATA=1.
+# peagle:2"; PEAGLE_LAYERS / INIT_EAGLE3 / INIT_PEAGLE shape the default), EVAL_KS, SKIP_BENCH=1, SKIP_DATA=1,
+# EVAL_HEADS ("NAME=HEAD_DIR ...": heads trained before, e.g. the shipped ones, evaluated beside the new runs on
+# the same prompts; their weights stay out of the archive), DEPTH=1 (then scripts/depth_bench_h200.sh ranks
+# every exported peagle-<N>l head by throughput; its files land in $OUT too).
 # SMOKE=1 DEVICE=cpu runs every stage on the tiny random target in a few minutes (checks this script).
 # Reassemble:  cat heads.tgz.part-* | tar -xzf -
 set -euo pipefail
@@ -100,14 +103,23 @@ train_one() {  # train_one INDEX GPU
     --time-budget-s "$TRAIN_BUDGET_S" > "$WORK/train-$n.log" 2>&1 || { echo "training $n failed"; return 1; }
 }
 FAIL=0; waves train_one || FAIL=1
-for n in "${NAMES[@]}"; do echo "----- $n -----"; grep -v "^\s*$" "$WORK/train-$n.log" | tail -25; done
+# EVAL_HEADS: earlier heads join the evaluation as run folders of their own (head/ + their summary.json).
+EVAL_ONLY=()
+for pair in ${EVAL_HEADS:-}; do
+  n=${pair%%=*}; dir=${pair#*=}
+  [ -f "$dir/summary.json" ] || { echo "EVAL_HEADS: $dir has no summary.json (expected NAME=HEAD_DIR of an exported head)"; exit 2; }
+  mkdir -p "$WORK/runs/$n"; rm -rf "$WORK/runs/$n/head"; ln -s "$(cd "$dir" && pwd)" "$WORK/runs/$n/head"
+  cp "$dir/summary.json" "$WORK/runs/$n/"; NAMES+=("$n"); EVAL_ONLY+=("$n")
+done
+for n in "${NAMES[@]}"; do [ -f "$WORK/train-$n.log" ] || continue; echo "----- $n -----"; grep -v "^\s*$" "$WORK/train-$n.log" | tail -25; done
 [ "$FAIL" = 0 ] || exit 1
 mark train $t
 
 # ---------------------------------------------------------------- 3 training throughput (warm compile cache)
 t=$SECONDS
-bench_one() {  # bench_one INDEX GPU
+bench_one() {  # bench_one INDEX GPU (trained runs only)
   local n=${NAMES[$1]}
+  [ -n "${METHODS[$1]:-}" ] || return 0
   CUDA_VISIBLE_DEVICES=$(gpu "$2") "$PY" -m peagle_lab.train.bench "${COMMON[@]}" --data "$WORK/data" \
     --methods "${METHODS[$1]}" --layers "${LAYERS[$1]}" --steps $BENCH_STEPS --warmup 2 --out "$WORK/bench-$n.json" \
     > "$WORK/bench-$n.log" 2>&1 || echo "bench $n failed (training goes on)"
@@ -141,18 +153,30 @@ for n in "${NAMES[@]}"; do cat "$WORK/eval-$n.log"; done
 [ "$FAIL" = 0 ] || exit 1
 mark eval $t
 
+# ---------------------------------------------------------------- 4b depth by throughput (DEPTH=1)
+if [ "${DEPTH:-0}" = 1 ]; then
+  t=$SECONDS
+  KEPT="$WORK/ship/heads" WORK="$WORK" DEPTH_PACK_HEAD=0 PYTHON="$PY" bash scripts/depth_bench_h200.sh \
+    || echo "depth benchmark failed (the heads are packaged all the same)"
+  mark depth $t
+fi
+
 # ---------------------------------------------------------------- 5 package
 t=$SECONDS
+EXCLUDE=()
 for n in "${NAMES[@]}"; do
   mkdir -p "$WORK/ship/runs/$n"
-  cp "$WORK/runs/$n/log.jsonl" "$WORK/runs/$n/summary.json" "$WORK/train-$n.log" "$WORK/eval-$n.log" "$WORK/ship/runs/$n/"
+  for f in "$WORK/runs/$n/log.jsonl" "$WORK/runs/$n/summary.json" "$WORK/train-$n.log" "$WORK/eval-$n.log"; do
+    [ -f "$f" ] && cp "$f" "$WORK/ship/runs/$n/"
+  done
 done
+for n in "${EVAL_ONLY[@]}"; do EXCLUDE+=(--exclude "./heads/$n/*.safetensors"); done
 cp "$WORK"/bench-*.log "$WORK/ship/" 2>/dev/null || true
 echo "{${STAGES%, }}" > "$WORK/ship/stage_seconds.json"
 "$PY" -m peagle_lab.train.report "$WORK/ship" --out "$WORK/ship/results.json"
 cp "$WORK/ship/results.json" "$OUT/"
 [ -f "$WORK/ship/throughput.json" ] && cp "$WORK/ship/throughput.json" "$OUT/"
-tar -C "$WORK/ship" -czf - . | split -b 15m -d -a 1 - "$OUT/heads.tgz.part-"
+tar -C "$WORK/ship" "${EXCLUDE[@]}" -czf - . | split -b 15m -d -a 1 - "$OUT/heads.tgz.part-"
 ls -la "$OUT"
 mark package $t
 echo "### done in $((SECONDS - T0))s; stage seconds: {${STAGES%, }}"

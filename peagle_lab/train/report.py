@@ -43,23 +43,30 @@ def head_entry(summary: dict) -> dict:
 
 
 def goals(heads: dict) -> dict:
-    """The issue's acceptance numbers from the first EAGLE-3 and the first P-EAGLE head.
+    """The issue's acceptance numbers from the best head of each method (the one its goal measures).
+
+    EAGLE-3 is ranked by AL at K=3 and P-EAGLE by AL at K=7, the K of each goal.
 
     >>> h = {"e": {"method": "eagle3", "acceptance": {3: {"AL": 2.0, "per_position": [0.6, 0.4, 0.0]},
     ...                                               7: {"AL": 2.1, "per_position": [0.6] * 7}}},
-    ...      "p": {"method": "peagle", "acceptance": {3: {"AL": 2.2, "per_position": [0.7] * 3},
-    ...                                               7: {"AL": 2.7, "per_position": [0.7] * 7}}}}
+    ...      "p1": {"method": "peagle", "acceptance": {3: {"AL": 2.1, "per_position": [0.6] * 3},
+    ...                                                7: {"AL": 2.2, "per_position": [0.6] * 7}}},
+    ...      "p4": {"method": "peagle", "acceptance": {3: {"AL": 2.2, "per_position": [0.7] * 3},
+    ...                                                7: {"AL": 2.7, "per_position": [0.7] * 7}}}}
     >>> g = goals(h)
-    >>> g["peagle_AL_at_K7"], g["peagle_AL_at_K7_met"], g["eagle3_AL_at_K3_met"], round(g["peagle_AL_gain_K3_to_K7"], 3)
-    (2.7, True, False, 0.5)
+    >>> g["peagle_head"], g["peagle_AL_at_K7"], g["peagle_AL_at_K7_met"], g["eagle3_AL_at_K3_met"]
+    ('p4', 2.7, True, False)
+    >>> round(g["peagle_AL_gain_K3_to_K7"], 3)
+    0.5
     """
-    def first(method):
-        return next((n for n, h in heads.items() if h.get("method") == method), None)
-
     def al(name, k):
         return ((heads.get(name) or {}).get("acceptance") or {}).get(k, {}).get("AL")
 
-    e3, pe = first("eagle3"), first("peagle")
+    def best(method, k):
+        names = [n for n, h in heads.items() if h.get("method") == method]
+        return max(names, key=lambda n: al(n, k) or 0.0, default=None)
+
+    e3, pe = best("eagle3", 3), best("peagle", 7)
     out = {"eagle3_head": e3, "peagle_head": pe,
            "eagle3_AL_at_K3": al(e3, 3), "peagle_AL_at_K7": al(pe, 7),
            "eagle3_AL_at_K7": al(e3, 7), "peagle_AL_at_K3": al(pe, 3)}
