@@ -153,14 +153,6 @@ for n in "${NAMES[@]}"; do cat "$WORK/eval-$n.log"; done
 [ "$FAIL" = 0 ] || exit 1
 mark eval $t
 
-# ---------------------------------------------------------------- 4b depth by throughput (DEPTH=1)
-if [ "${DEPTH:-0}" = 1 ]; then
-  t=$SECONDS
-  KEPT="$WORK/ship/heads" WORK="$WORK" DEPTH_PACK_HEAD=0 PYTHON="$PY" bash scripts/depth_bench_h200.sh \
-    || echo "depth benchmark failed (the heads are packaged all the same)"
-  mark depth $t
-fi
-
 # ---------------------------------------------------------------- 5 package
 t=$SECONDS
 EXCLUDE=()
@@ -179,4 +171,12 @@ cp "$WORK/ship/results.json" "$OUT/"
 tar -C "$WORK/ship" "${EXCLUDE[@]}" -czf - . | split -b 15m -d -a 1 - "$OUT/heads.tgz.part-"
 ls -la "$OUT"
 mark package $t
+# ---------------------------------------------------------------- 6 depth by throughput (DEPTH=1), after the heads are packaged
+if [ "${DEPTH:-0}" = 1 ]; then
+  t=$SECONDS
+  KEPT="$WORK/ship/heads" WORK="$WORK" DEPTH_PACK_HEAD=0 PYTHON="$PY" bash scripts/depth_bench_h200.sh \
+    || echo "depth benchmark failed (the heads are packaged all the same)"
+  mark depth $t
+fi
+
 echo "### done in $((SECONDS - T0))s; stage seconds: {${STAGES%, }}"
