@@ -18,6 +18,7 @@
 | ``acceptance_reports_figure`` | per-position acceptance per head    | 6        |
 | ``learning_curve_figure``  | a training session's ``results.json``  | 6        |
 | ``acceptance_vs_k_figure`` | AL per K per head (``results.json``)   | 6        |
+| ``k_scaling_figure``       | a K sweep's ``bench.json`` rows         | README   |
 
 ``figure_mime_bundle`` turns a figure into raw display data (for in-place updates).
 
@@ -431,6 +432,11 @@ def acceptance_reports_figure(reports: Mapping[str, Sequence], k: int) -> go.Fig
     return fig
 
 
+def _layers(head: Mapping) -> str:
+    n = head["num_hidden_layers"]
+    return f"{n} layer" if n == 1 else f"{n} layers"
+
+
 def learning_curve_figure(results: Mapping) -> go.Figure:
     """Held-out top-1 agreement per depth against target tokens trained on, one panel per head.
 
@@ -441,7 +447,7 @@ def learning_curve_figure(results: Mapping) -> go.Figure:
 
     heads = results["heads"]
     fig = make_subplots(rows=1, cols=len(heads), shared_yaxes=True,
-                        subplot_titles=[f"{name} ({h['num_hidden_layers']} layer)" for name, h in heads.items()])
+                        subplot_titles=[f"{name} ({_layers(h)})" for name, h in heads.items()])
     for col, h in enumerate(heads.values(), start=1):
         curve = h["curve"]
         x = [p["tokens"] / 1e6 for p in curve]
@@ -467,9 +473,56 @@ def acceptance_vs_k_figure(results: Mapping, workload: str | None = None) -> go.
         acc = h["acceptance"] if workload is None else h["workloads"].get(workload, {})
         ks = sorted(acc, key=int)
         fig.add_trace(go.Scatter(x=[int(k) for k in ks], y=[acc[k]["AL"] for k in ks], mode="lines+markers",
-                                 name=f"{name} ({h['num_hidden_layers']} layer)"))
+                                 name=f"{name} ({_layers(h)})"))
     fig.update_xaxes(title="K (draft tokens per step)", dtick=1)
     fig.update_yaxes(title="acceptance length (tokens per step)", rangemode="tozero")
     where = "held-out prompts" if workload is None else f"the {workload} workload"
     fig.update_layout(title=f"acceptance length vs K on {where} (temperature 0)", height=360)
+    return fig
+
+
+METHOD_COLORS = {"baseline": "#9D9D9D", "eagle3": "#4C78A8", "peagle": "#F58518"}
+METHOD_NAMES = {"baseline": "plain decoding", "eagle3": "EAGLE-3", "peagle": "P-EAGLE"}
+
+
+def k_scaling_figure(bench: Mapping, workload: str = "chat", concurrencies: Sequence[int] = (1, 64)) -> go.Figure:
+    """Tokens/s and drafting time against K, per method, one column per concurrency.
+
+    The top row is throughput (plain decoding as a dashed line), the bottom row the drafter's
+    time per step: EAGLE-3 pays one drafter pass per draft token, P-EAGLE one pass for all K.
+
+    Args:
+        bench: a ``bench.json`` document (``peagle-lab bench``) whose rows sweep K.
+        workload: the workload to draw.
+        concurrencies: the columns.
+    """
+    from plotly.subplots import make_subplots
+
+    rows = [r for r in bench["rows"] if r["workload"] == workload and r["temperature"] == 0]
+    if not rows:
+        raise ValueError(f"no temperature-0 rows for workload {workload!r} in this bench document")
+    fig = make_subplots(rows=2, cols=len(concurrencies), shared_xaxes=True, vertical_spacing=0.08,
+                        subplot_titles=[f"{workload}, c={c}" for c in concurrencies])
+    for col, c in enumerate(concurrencies, start=1):
+        for method in ("eagle3", "peagle"):
+            mine = sorted((r for r in rows if r["method"] == method and r["concurrency"] == c), key=lambda r: r["k"])
+            ks = [r["k"] for r in mine]
+            style = dict(color=METHOD_COLORS[method])
+            hover = [f"K={r['k']}: AL {r['acceptance_length']:.2f}" for r in mine]
+            fig.add_trace(go.Scatter(x=ks, y=[r["tps"] for r in mine], mode="lines+markers", line=style, text=hover,
+                                     name=METHOD_NAMES[method], legendgroup=method, showlegend=col == 1),
+                          row=1, col=col)
+            fig.add_trace(go.Scatter(x=ks, y=[r["draft_ms"] for r in mine], mode="lines+markers", line=style,
+                                     name=METHOD_NAMES[method], legendgroup=method, showlegend=False),
+                          row=2, col=col)
+        plain = [r["tps"] for r in rows if r["method"] == "baseline" and r["concurrency"] == c]
+        if plain:
+            fig.add_hline(y=plain[0], line=dict(color=METHOD_COLORS["baseline"], dash="dash"),
+                          annotation_text="plain decoding", row=1, col=col)
+        fig.update_xaxes(title="K (draft tokens per step)", dtick=1, row=2, col=col)
+    fig.update_yaxes(title="output tokens/s", rangemode="tozero", row=1, col=1)
+    fig.update_yaxes(title="drafting ms per step", rangemode="tozero", row=2, col=1)
+    fig.update_yaxes(rangemode="tozero")
+    device = (bench.get("run_info") or {}).get("device", "")
+    fig.update_layout(title=f"K scaling on {device or 'the device'}: throughput and drafting time", height=560)
     return fig

@@ -35,9 +35,12 @@ def concept_figures() -> dict:
     logits = torch.nn.functional.one_hot(target_choice, 10).float()
     results = json.loads((REPO / "docs/results/h200/kernels.json").read_text())
     training = json.loads((REPO / "docs/results/h200/training/results.json").read_text())
+    k_sweep = json.loads((REPO / "docs/results/h200/k_scaling/bench.json").read_text())
     return {
         "training_curves_h200": figures.learning_curve_figure(training),
         "acceptance_vs_k_h200": figures.acceptance_vs_k_figure(training),
+        "k_scaling_chat_h200": figures.k_scaling_figure(k_sweep, "chat"),
+        "k_scaling_code_h200": figures.k_scaling_figure(k_sweep, "code"),
         "draft_batch": figures.draft_batch_figure(layout_toy_batch([2, 3], k=3, backend="torch"),
                                                   title="the worked example: K=3, accepted [2, 3]"),
         "verify_outcome": figures.verify_outcome_figure(verify_greedy(logits, drafts), drafts),

@@ -201,3 +201,20 @@ def test_training_session_figures_draw_the_committed_results():
     assert fig.data[0].y[-1] == heads[next(iter(heads))]["curve"][-1]["depth_acc"][0]
     ks = acceptance_vs_k_figure(results)
     assert [t.y[-1] for t in ks.data] == [h["acceptance"][max(h["acceptance"], key=int)]["AL"] for h in heads.values()]
+
+
+def test_k_scaling_figure_draws_every_k_of_the_committed_sweep():
+    import json
+    from pathlib import Path
+
+    from peagle_lab.figures import k_scaling_figure
+
+    bench = json.loads((Path(__file__).parents[1] / "docs/results/h200/k_scaling/bench.json").read_text())
+    fig = k_scaling_figure(bench, "code", (1, 64))
+    assert len(fig.data) == 8  # (EAGLE-3, P-EAGLE) × (TPS, drafting time) × two concurrencies
+    rows = {(r["method"], r["concurrency"], r["k"]): r for r in bench["rows"] if r["workload"] == "code"}
+    tps_c1_peagle = next(t for t in fig.data if t.name == "P-EAGLE" and t.xaxis == "x")
+    assert list(tps_c1_peagle.x) == list(range(1, 9))
+    assert list(tps_c1_peagle.y) == [rows[("peagle", 1, k)]["tps"] for k in range(1, 9)]
+    with pytest.raises(ValueError, match="long"):
+        k_scaling_figure(bench, "long")

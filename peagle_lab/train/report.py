@@ -99,12 +99,13 @@ def depth_study(summaries: list[Path]) -> dict:
     return out
 
 
-def training_results(ship: Path | str, depth: list[Path] = ()) -> dict:
+def training_results(ship: Path | str, depth: list[Path] = (), depth_choice: Path | None = None) -> dict:
     """Gather ``ship/heads/*/summary.json``, ``ship/data/card.json`` and ``ship/throughput.json``.
 
     Args:
         ship: the packaged session folder.
         depth: summaries of a depth study (P-EAGLE heads of several depths, same budget each).
+        depth_choice: ``depth_choice.json`` of ``scripts/depth_bench_h200.sh`` (depths ranked by TPS).
     """
     ship = Path(ship)
     heads = {p.parent.name: head_entry(json.loads(p.read_text())) for p in sorted(ship.glob("heads/*/summary.json"))}
@@ -124,6 +125,8 @@ def training_results(ship: Path | str, depth: list[Path] = ()) -> dict:
                              for r in b.get("results", [])]
     if depth:
         out["depth_study"] = depth_study(list(depth))
+    if depth_choice is not None:
+        out.setdefault("depth_study", {})["by_tps"] = json.loads(Path(depth_choice).read_text())
     stages = ship / "stage_seconds.json"
     if stages.is_file():
         out["stage_seconds"] = json.loads(stages.read_text())
@@ -135,10 +138,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("ship", help="folder with heads/*/summary.json (and data/card.json, throughput.json)")
     p.add_argument("--out", required=True)
     p.add_argument("--depth", nargs="*", default=[], help="summary.json files of a depth study")
+    p.add_argument("--depth-choice", default=None, help="depth_choice.json of scripts/depth_bench_h200.sh")
     args = p.parse_args(argv)
     from ..models.checkpoints import write_json
 
-    res = training_results(args.ship, [Path(d) for d in args.depth])
+    res = training_results(args.ship, [Path(d) for d in args.depth], args.depth_choice)
     write_json(Path(args.out), res)
     print(json.dumps(res["goals"], indent=2))
     return 0
