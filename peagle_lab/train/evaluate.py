@@ -147,7 +147,8 @@ def model_card(summary: dict, reports: list[AcceptanceReport], data_card: dict |
                   + (f", {100 * greedy:.0f} % of the tokens greedily" if greedy is not None else "")
                   + f". Prompts by source: {sources or '?'} (Magpie turns sampled from the target under domain system "
                   "prompts, coding prompts from Python standard-library docstrings, templated math and writing "
-                  f"prompts; some continued by a second turn). Held out: {held.get('prompts', '?')} prompts. "
+                  f"prompts; {train.get('multi_turn', 0)} sequences continued by a second turn). "
+                  f"Held out: {held.get('prompts', '?')} prompts. "
                   f"Seed {data_card.get('seed', '?')}.", ""]
     if reports:
         r0, base = reports[0], get("baseline_tps")

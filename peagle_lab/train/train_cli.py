@@ -155,7 +155,7 @@ def run_train(args) -> int:
             "cumulative": {"tokens": prior["tokens"] + result.tokens, "steps": prior["steps"] + result.steps,
                            "runs": prior["runs"] + [this_run]},
             "command": command_line(args), "data": args.data, "train_examples": len(train),
-            "heldout_examples": len(heldout),
+            "heldout_examples": len(heldout), "data_card": card_digest(data_card),
         }
         head_dtype = torch.bfloat16 if args.head_dtype == "bfloat16" else torch.float32
         save_head(drafter, out / "head", dtype=head_dtype, card=model_card(summary, reports, data_card))
@@ -201,6 +201,40 @@ def _baseline_tps(target, prompts: list, max_new_tokens: int, concurrency: int) 
     return out_tokens / busy if busy else 0.0
 
 
+def card_digest(card: dict | None) -> dict | None:
+    """The part of a data card that a model card quotes (kept in each head's summary).
+
+    >>> card_digest({"seed": 0, "argv": ["…"], "splits": {"train": {"examples": 2, "tokens": 9, "by_domain": {}},
+    ...                                                  "heldout": {"prompts": 1, "tokens": 4}}})
+    {'seed': 0, 'splits': {'train': {'examples': 2, 'tokens': 9}, 'heldout': {'prompts': 1}}}
+    """
+    if not card:
+        return None
+    keep = {"train": ("examples", "tokens", "greedy_token_share", "by_source", "multi_turn"), "heldout": ("prompts",)}
+    splits = card.get("splits") or {}
+    return {"seed": card.get("seed"),
+            "splits": {s: {k: splits[s][k] for k in ks if k in splits.get(s, {})} for s, ks in keep.items()}}
+
+
+def trained_on(summary: dict, data_card: dict | None) -> dict | None:
+    """The data card of the data a head was trained on, for its model card; None if unknown.
+
+    A head evaluated on another session's data (``EVAL_HEADS``) must not inherit that data's card:
+    its summary's own card wins, and without one the given card is used only when its training
+    split has exactly as many sequences as the run trained on.
+
+    >>> card = {"seed": 0, "splits": {"train": {"examples": 3}}}
+    >>> trained_on({"train_examples": 3}, card)["splits"]["train"], trained_on({"train_examples": 5}, card)
+    ({'examples': 3}, None)
+    >>> trained_on({"data_card": {"seed": 1}, "train_examples": 3}, card)
+    {'seed': 1}
+    """
+    if summary.get("data_card"):
+        return summary["data_card"]
+    examples = ((data_card or {}).get("splits") or {}).get("train", {}).get("examples")
+    return card_digest(data_card) if examples is not None and examples == summary.get("train_examples") else None
+
+
 @_reports_errors
 def run_eval(args) -> int:
     """Evaluate every ``--run``'s head on the held-out prompts; export each with its model card."""
@@ -242,7 +276,8 @@ def run_eval(args) -> int:
         summary["workloads"] = {name: reports_to_json(evaluate_acceptance(
             target, drafter, wp, wks, args.eval_max_new_tokens, args.concurrency)) for name, wp in workloads.items()}
         export = Path(args.export) / run.name
-        save_head(drafter, export, dtype=dtype, card=model_card(summary, reports, data_card))
+        summary["data_card"] = trained_on(summary, data_card)
+        save_head(drafter, export, dtype=dtype, card=model_card(summary, reports, summary["data_card"]))
         (export / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
         print(f"{run.name}: {summary['method']}, {summary['num_hidden_layers']} layer(s), {summary['steps']} steps, "
               f"held-out loss {summary['heldout_loss']:.3f}, {len(prompts)} held-out prompts "
