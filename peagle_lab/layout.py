@@ -26,7 +26,8 @@ import time
 import torch
 
 from .kernels.fill_draft_hidden import fill_draft_hidden
-from .kernels.prepare_draft_inputs import DraftInputs, _pick_backend, prepare_draft_inputs
+from .kernels import backend as kernel_backend
+from .kernels.prepare_draft_inputs import DraftInputs, prepare_draft_inputs
 
 __all__ = ["SlotRow", "SLOT_KINDS", "DecodeBatch", "describe_draft_batch", "format_draft_batch",
            "toy_decode_batch", "random_decode_batch", "compare_draft_inputs", "layout_toy_batch",
@@ -179,16 +180,12 @@ def compare_draft_inputs(a: DraftInputs, b: DraftInputs) -> dict[str, bool]:
 
 
 def triton_runs_here(device: str | torch.device | None = None) -> bool:
-    """Whether ``backend="triton"`` can run on ``device``: CUDA, or the interpreter on a CPU.
+    """Whether ``backend="triton"`` can run on ``device``: compiled on CUDA, interpreted on a CPU.
 
-    False where Triton is not installed (macOS, Windows) or, on a CPU, when
-    ``TRITON_INTERPRET=1`` is not set; the notebooks then skip their kernel cells.
+    False only where Triton is not installed (macOS, Windows); the notebooks then skip their
+    kernel cells.
     """
-    device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    try:
-        return _pick_backend("triton", device) == "triton"
-    except ValueError:
-        return False
+    return kernel_backend.runs_here(device)
 
 
 def _draft_batch(batch: DecodeBatch, k: int, hidden: torch.Tensor, shared: torch.Tensor, backend: str,

@@ -46,8 +46,8 @@ def test_triton_kernels_are_the_default_on_cuda(monkeypatch):
     import peagle_lab.kernels.prepare_draft_inputs as kp
 
     seen = []
-    real = kp._pick_backend
-    monkeypatch.setattr(kp, "_pick_backend", lambda b, d: seen.append(real(b, d)) or seen[-1])
+    real = kp.resolve
+    monkeypatch.setattr(kp, "resolve", lambda b, d: seen.append(real(b, d)) or seen[-1])
     t = cuda_target()
     decode(t, tiny_drafter(t, "peagle"), "peagle", 3)
     assert seen and set(seen) == {"triton"}

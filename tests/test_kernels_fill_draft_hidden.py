@@ -202,7 +202,7 @@ def _good(**over):
     (dict(shared_hidden=torch.zeros(4, dtype=torch.bfloat16)), r"hidden's dtype torch.float32.*torch.bfloat16"),
     (dict(shared_hidden=[0.0] * 4), r"shared_hidden must be a torch.Tensor, got list"),
     (dict(shared_hidden=torch.zeros(4, device="meta")), r"one device, got \['cpu', 'meta'\]"),
-    (dict(backend="fast"), r"backend must be 'auto', 'torch' or 'triton', got 'fast'"),
+    (dict(backend="fast"), r"backend='fast': expected 'auto', 'torch' or 'triton'"),
 ])
 def test_bad_inputs_raise(over, match):
     with pytest.raises(ValueError, match=match):

@@ -20,6 +20,7 @@ from hypothesis import strategies as st  # noqa: E402
 
 pytest.importorskip("triton")
 
+from peagle_lab.kernels import backend  # noqa: E402
 from peagle_lab.kernels import verify as kv  # noqa: E402
 from peagle_lab.verify import VerifyResult, sample_verify_noise  # noqa: E402
 
@@ -28,7 +29,7 @@ LOGIT_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 PROB_DTYPES = (torch.float32, torch.bfloat16, torch.float64)
 
 needs_interpreter = pytest.mark.skipif(
-    not (kv.triton is not None and kv._kernels_interpreted()),
+    not backend.interpreted(),
     reason="kernels are compiled for CUDA in this process; the gpu twin runs them")
 
 
@@ -135,9 +136,9 @@ def test_backend_choice():
     drafts = torch.zeros(2, 2, dtype=torch.int64)
     with pytest.raises(ValueError, match="backend='cuda': expected 'auto', 'torch' or"):
         kv.verify_greedy(logits, drafts, backend="cuda")
-    assert kv._use_triton("torch", logits.device) is False
+    assert backend.resolve("torch", logits.device) == "torch"
     # auto runs Triton on a CPU exactly when the kernels are interpreted
-    assert kv._use_triton("auto", logits.device) == kv._kernels_interpreted()
+    assert (backend.resolve("auto", logits.device) == "triton") == backend.interpreted()
     assert_same(kv.verify_greedy(logits, drafts), kv.verify_greedy_ref(logits, drafts))
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import torch
 
-from .prepare_draft_inputs import _launchable, _pick_backend, triton
+from .backend import resolve, triton
 
 if triton is not None:
     import triton.language as tl
@@ -174,7 +174,7 @@ def fill_draft_hidden(
             [7., 7., 7.]], dtype=torch.bfloat16)
     """
     N, H = _check_inputs(hidden, hidden_mapping, is_masked, shared_hidden)
-    if _pick_backend(backend, hidden.device) == "torch":
+    if resolve(backend, hidden.device) == "torch":
         return fill_draft_hidden_ref(hidden, hidden_mapping, is_masked, shared_hidden)
 
     out = torch.empty(N, H, dtype=hidden.dtype, device=hidden.device)
@@ -184,7 +184,7 @@ def fill_draft_hidden(
     block_h = min(triton.next_power_of_2(H), 1024)
     block_rows = max(1, 4096 // block_h)
     grid = (triton.cdiv(N, block_rows), triton.cdiv(H, block_h))
-    _launchable(_fill_draft_hidden_kernel, hidden.device)[grid](
+    _fill_draft_hidden_kernel[grid](
         hidden, hidden_mapping, is_masked, shared_hidden,
         out,
         N, H,

@@ -21,18 +21,15 @@ six outputs in one launch; ``prepare_draft_inputs`` picks between them.
 """
 from __future__ import annotations
 
-import functools
 import operator
-import os
 from dataclasses import dataclass
 
 import torch
 
-try:
-    import triton
+from .backend import resolve, triton
+
+if triton is not None:
     import triton.language as tl
-except ImportError:  # Triton ships Linux wheels only; backend="torch" works everywhere.
-    triton = None
 
 _INDEX_DTYPES = (torch.int32, torch.int64)
 
@@ -287,46 +284,6 @@ if triton is not None:
         tl.store(sample_indices_ptr + b * K + j, b * R + n + j, mask=j < K)
 
 
-def _interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0") == "1"
-
-
-def _pick_backend(backend: str, device: torch.device) -> str:
-    """Resolve ``backend`` to "torch" or "triton" for tensors on ``device``.
-
-    "auto" is "triton" on CUDA, or anywhere under ``TRITON_INTERPRET=1``; else "torch".
-    """
-    if backend not in ("auto", "torch", "triton"):
-        raise ValueError(f"backend must be 'auto', 'torch' or 'triton', got {backend!r}")
-    if backend == "auto":
-        use_triton = triton is not None and (device.type == "cuda" or _interpreting())
-        return "triton" if use_triton else "torch"
-    if backend == "triton":
-        if triton is None:
-            raise ValueError("backend='triton' needs the triton package, which is not installed")
-        if device.type != "cuda" and not _interpreting():
-            raise ValueError(f"backend='triton' needs CUDA tensors or TRITON_INTERPRET=1, "
-                             f"got tensors on {device}")
-    return backend
-
-
-@functools.cache
-def _interpreted(fn):
-    return triton.jit(fn)
-
-
-def _launchable(kernel, device: torch.device):
-    """``kernel``, or its interpreter twin for CPU tensors.
-
-    ``triton.jit`` picks compiled or interpreted once, when this module is imported. If that
-    happened before ``TRITON_INTERPRET=1`` was set (say another test module imported us
-    first), a CPU launch would fail, so build the interpreted twin now.
-    """
-    if device.type == "cuda" or type(kernel).__name__ == "InterpretedFunction":
-        return kernel
-    return _interpreted(kernel.fn)
-
-
 def prepare_draft_inputs(
     token_ids: torch.Tensor,
     positions: torch.Tensor,
@@ -364,7 +321,7 @@ def prepare_draft_inputs(
         token_ids, positions, num_accepted, bonus_tokens, num_speculative_tokens,
         mask_token_id, max_len)
     device = token_ids.device
-    if _pick_backend(backend, device) == "torch":
+    if resolve(backend, device) == "torch":
         return prepare_draft_inputs_ref(
             token_ids, positions, num_accepted, bonus_tokens,
             num_speculative_tokens=K, mask_token_id=mask_token_id, max_len=max_len)
@@ -378,7 +335,7 @@ def prepare_draft_inputs(
         rows_per_request=R, num_requests=c)
     if c == 0:  # an empty grid is not a valid launch
         return out
-    _launchable(_prepare_draft_inputs_kernel, device)[(c,)](
+    _prepare_draft_inputs_kernel[(c,)](
         token_ids, positions, num_accepted, bonus_tokens,
         out.input_ids, out.positions, out.slot_mapping, out.is_masked, out.hidden_mapping,
         out.sample_indices,

@@ -25,11 +25,10 @@ from peagle_lab.verify import VerifyResult, check_greedy_inputs, check_rejection
 from peagle_lab.verify import verify_greedy as verify_greedy_ref
 from peagle_lab.verify import verify_rejection as verify_rejection_ref
 
-try:  # the package must import where Triton is missing (macOS, Windows)
-    import triton
+from .backend import resolve, triton
+
+if triton is not None:
     import triton.language as tl
-except ImportError:  # pragma: no cover - exercised only without triton
-    triton = None
 
 __all__ = ["verify_greedy", "verify_rejection", "verify_greedy_ref", "verify_rejection_ref"]
 
@@ -188,26 +187,6 @@ if triton is not None:
                        req, n, next_token, K, BLOCK_K)
 
 
-def _kernels_interpreted() -> bool:
-    """Whether the kernels were built for Triton's CPU interpreter (decided at import)."""
-    from triton.runtime.interpreter import InterpretedFunction
-    return isinstance(_verify_greedy_kernel, InterpretedFunction)
-
-
-def _use_triton(backend: str, device: torch.device) -> bool:
-    """Resolve ``backend`` for tensors on ``device``; raise if Triton cannot run there."""
-    if backend not in ("auto", "torch", "triton"):
-        raise ValueError(f"backend={backend!r}: expected 'auto', 'torch' or 'triton'")
-    if backend == "torch":
-        return False
-    runnable = triton is not None and (device.type == "cuda" or _kernels_interpreted())
-    if backend == "triton" and not runnable:
-        raise ValueError(
-            f"backend='triton' with tensors on {device}: expected CUDA tensors, or "
-            f"TRITON_INTERPRET=1 set before triton is imported (and triton installed)")
-    return runnable
-
-
 def _finish(num_accepted: torch.Tensor, next_tokens: torch.Tensor,
             output_tokens: torch.Tensor, K: int) -> VerifyResult:
     """Add the cheap per-request and per-position summaries to the kernel's outputs."""
@@ -252,7 +231,7 @@ def verify_greedy(
             [ 7,  3, -1]])
     """
     c, k, v = check_greedy_inputs(target_logits, draft_tokens)
-    if not _use_triton(backend, target_logits.device):
+    if resolve(backend, target_logits.device) == "torch":
         return verify_greedy_ref(target_logits, draft_tokens)
     num_accepted, next_tokens, output_tokens = _empty_outputs(c, k, target_logits.device)
     compute = tl.float64 if target_logits.dtype == torch.float64 else tl.float32
@@ -300,7 +279,7 @@ def verify_rejection(
     tensor([[ 2, -1]])
     """
     c, k, v = check_rejection_inputs(target_probs, draft_probs, draft_tokens, uniform, noise)
-    if not _use_triton(backend, target_probs.device):
+    if resolve(backend, target_probs.device) == "torch":
         return verify_rejection_ref(target_probs, draft_probs, draft_tokens, uniform, noise)
     num_accepted, next_tokens, output_tokens = _empty_outputs(c, k, target_probs.device)
     _verify_rejection_kernel[(c,)](
