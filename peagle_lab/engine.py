@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from .acceptance import acceptance_length, per_position_acceptance
 from .config import SpecConfig
 from .drafter import Drafter
 from .drafting import DraftResult, build_draft_batch, draft_autoregressive, draft_parallel, run_drafter
@@ -60,7 +61,7 @@ class Metrics:
     @property
     def acceptance_length(self) -> float:
         """AL = 1 + accepted / drafts (counts the bonus token); 1.0 for plain decoding."""
-        return 1.0 + self.num_accepted_tokens / self.num_drafts if self.num_drafts else 1.0
+        return acceptance_length(self.num_accepted_tokens, self.num_drafts)
 
     @property
     def acceptance_rate(self) -> float:
@@ -68,7 +69,7 @@ class Metrics:
 
     @property
     def per_position_acceptance(self) -> tuple[float, ...]:
-        return tuple(a / self.num_drafts for a in self.accepted_per_position) if self.num_drafts else ()
+        return tuple(per_position_acceptance(self.accepted_per_position, self.num_drafts))
 
     @property
     def tps(self) -> float:
@@ -186,6 +187,18 @@ class SpecDecoder:
         self.use_graphs = config.cuda_graphs and self.device.type == "cuda"
         self._graphs = _Graphs()
         self._cache_t = self._cache_d = None
+
+    def reserve(self, concurrency: int, max_len: int) -> None:
+        """Size the KV caches for ``concurrency`` requests of up to ``max_len`` tokens now.
+
+        The caches grow on demand, and growing them drops the captured CUDA graphs; a
+        benchmark reserves its largest cell once so that no timed pass pays for that.
+        """
+        self._caches(concurrency, max_len)
+
+    def cache_tensors(self) -> list[torch.Tensor]:
+        """Every K/V tensor of the target's and the drafter's caches (none before the first use)."""
+        return [t for cache in (self._cache_t, self._cache_d) if cache is not None for t in (*cache.k, *cache.v)]
 
     def _caches(self, c: int, max_len: int):
         """KV caches reused across ``generate`` calls (so captured graphs stay valid)."""

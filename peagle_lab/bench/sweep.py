@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
+from ..acceptance import acceptance_length, per_position_acceptance
 from ..config import BACKENDS, MAX_K, METHODS, SpecConfig, check_choice, check_int
 from ..engine import GenerationResult, SpecDecoder
 from .schema import BenchResult, BenchRow, SkippedCell
@@ -121,13 +122,6 @@ def plan_cells(cfg: SweepConfig) -> list[Cell]:
     return cells
 
 
-def _reserve(engine: SpecDecoder, concurrency: int, max_len: int) -> None:
-    # SpecDecoder grows its caches on demand and drops its CUDA graphs when it does; sizing
-    # them once for the largest cell keeps that out of every timed pass. (A public
-    # SpecDecoder.reserve() would make this call unnecessary.)
-    engine._caches(concurrency, max_len)
-
-
 def _median(xs) -> float:
     xs = list(xs)
     return statistics.median(xs) if xs else 0.0
@@ -149,8 +143,8 @@ def cell_row(cell: Cell, results: list[GenerationResult], cfg: SweepConfig) -> B
         method=cell.method, k=cell.k, concurrency=cell.concurrency, workload=cell.workload,
         temperature=float(cfg.temperature), tps=out / wall if wall > 0 else 0.0,
         tpot_ms=1000.0 * decode / per_request if per_request > 0 else 0.0,
-        acceptance_length=1.0 + acc / drafts if drafts else 1.0,
-        per_position_acceptance=[a / drafts for a in pos] if drafts else [],
+        acceptance_length=acceptance_length(acc, drafts),
+        per_position_acceptance=per_position_acceptance(pos, drafts),
         num_drafts=drafts, num_accepted_tokens=acc,
         verify_ms=_median(s.verify_ms for s in steps),
         prep_ms=_median(s.prep_ms for s in drafted), draft_ms=_median(s.draft_ms for s in drafted),
@@ -311,7 +305,7 @@ def run_sweep(target, tokenizer, drafters: dict, cfg: SweepConfig, *, run_info: 
                           kernel_backend=cfg.kernel_backend)
         engine = SpecDecoder(target, drafters.get(method), spec)
         try:
-            _reserve(engine, c, need)
+            engine.reserve(c, need)  # caches sized once: no timed pass regrows them (and drops graphs)
             row, tokens = measure_cell(engine, cell, prompts[w], cfg)
         except torch.OutOfMemoryError as e:
             row, oom = None, f"out of memory: {str(e).splitlines()[0][:160]}"

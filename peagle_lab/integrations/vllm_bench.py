@@ -25,6 +25,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from ..acceptance import acceptance_length, per_position_acceptance
+
 RUNNER = Path(__file__).with_name("vllm_runner.py")
 SCHEMA = "peagle_lab.bench/1"
 
@@ -101,13 +103,13 @@ def rows_from_result(result: dict, workload: str, temperature: float, max_new_to
         for w in run["waves"]:
             c, n = w["counters"], w["output_tokens"]
             drafts, acc = c["num_drafts"], c["num_accepted_tokens"]
-            per_pos = [a / drafts for a in c["accepted_per_position"]][:k] if drafts else []
+            per_pos = per_position_acceptance(c["accepted_per_position"], drafts)[:k]
             decode_tokens = max(n - num_prompts, 1)
             rows.append({
                 "method": run["method"], "k": k, "concurrency": w["concurrency"], "workload": workload,
                 "temperature": temperature, "tps": n / w["wall_s"] if w["wall_s"] > 0 else 0.0,
                 "tpot_ms": 1000.0 * w["wall_s"] * min(w["concurrency"], num_prompts) / decode_tokens,
-                "acceptance_length": 1.0 + acc / drafts if drafts else 1.0,
+                "acceptance_length": acceptance_length(acc, drafts),
                 "per_position_acceptance": per_pos if len(per_pos) == k else [],
                 "num_drafts": drafts, "num_accepted_tokens": acc, "verify_ms": None, "prep_ms": None,
                 "draft_ms": None, "output_tokens": n, "source": "vllm", "num_prompts": num_prompts,

@@ -22,6 +22,8 @@ from __future__ import annotations
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+from ..acceptance import acceptance_length
+
 AL_TOLERANCE = 0.10  # relative, (c)
 DRAFT_AGREEMENT_MIN = 0.99  # share of equal draft tokens, (d)
 
@@ -165,7 +167,7 @@ def judge(method: str, k: int, vllm_run: dict, vllm_plain: list[list[int]], ours
         passes_ok = passes_ok and c["num_accepted_tokens"] > 0
         detail += f", accepted {c['num_accepted_tokens']}"
     v.checks["(b) path"] = (flag_ok and passes_ok, detail)
-    al_v = 1 + c["num_accepted_tokens"] / c["num_drafts"] if c["num_drafts"] else 1.0
+    al_v = acceptance_length(c["num_accepted_tokens"], c["num_drafts"])
     al_o = ours["metrics"]["acceptance_length"]
     within = abs(al_v - al_o) <= AL_TOLERANCE * al_o
     v.checks["(c) acceptance"] = (within if trained else None,

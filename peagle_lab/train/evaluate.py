@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
+from ..acceptance import acceptance_length, per_position_acceptance
 from ..config import SpecConfig
 from ..engine import SpecDecoder
 
@@ -81,8 +82,8 @@ def evaluate_acceptance(target, drafter, prompts: list[list[int]], ks=(3, 5, 7),
             per_pos += torch.tensor(m.accepted_per_position, dtype=torch.float)
             busy += m.prefill_s + m.decode_s
         reports.append(AcceptanceReport(
-            d.config.method, k, 1.0 + accepted / drafts if drafts else 1.0,
-            tuple((per_pos / max(drafts, 1)).tolist()), len(prompts), drafts, out_tokens,
+            d.config.method, k, acceptance_length(accepted, drafts),
+            tuple(per_position_acceptance(per_pos.tolist(), drafts) or [0.0] * k), len(prompts), drafts, out_tokens,
             out_tokens / busy if busy > 0 else 0.0, time.perf_counter() - t0))
     return reports
 
