@@ -1,11 +1,11 @@
-"""``peagle-lab`` command line: demo, fetch (and, as they land, bench, train, export, vllm-bench)."""
+"""``peagle-lab`` command line: demo, fetch, bench, train-data, train, train-eval, train-bench, export, vllm-bench."""
 from __future__ import annotations
 
 import argparse
 import sys
 import time
 
-from .bench.cli import _device  # one device parser for every subcommand
+from .devices import resolve_device
 from .config import METHODS, SpecConfig
 
 
@@ -30,7 +30,7 @@ def cmd_demo(args) -> int:
                              temperature=args.temperature) for m in args.methods}
     if not args.prompt.strip():
         raise ValueError("--prompt is empty; give the user turn to complete")
-    dev = _device(args.device)
+    dev = resolve_device(args.device)
     t0 = time.perf_counter()
     target, tok = zoo.load_model(args.model, device=dev)
     print(f"loaded {args.model or 'SmolLM2-135M-Instruct (embedded default)'} on {dev} "
@@ -51,7 +51,7 @@ def cmd_demo(args) -> int:
     for method, origin, al, tps, n in rows:
         print(f"{method:<9} {origin:<34} {al:5.2f} {tps:8.1f} {n:7d}")
     if any("random" in r[1] for r in rows):
-        print("\nnote: heads marked 'random' are untrained (no trained head ships yet), so they draft "
+        print("\nnote: heads marked 'random' are untrained (the shipped heads fit SmolLM2 only), so they draft "
               "noise and AL≈1; outputs stay identical to plain decoding because verification is lossless.")
     return 0
 
@@ -94,18 +94,14 @@ def _optional_commands(sub) -> None:
         p = sub.add_parser(name, help=text)
         add(p)
         p.set_defaults(fn=run)
-    try:
-        from .integrations.vllm import add_export_arguments, add_vllm_bench_arguments, run_export, run_vllm_bench
-    except ModuleNotFoundError as e:
-        if e.name not in ("peagle_lab.integrations", "peagle_lab.integrations.vllm"):
-            raise  # a real import error inside the module, not its absence
-    else:
-        e = sub.add_parser("export", help="export heads (and the target) for vLLM")
-        add_export_arguments(e)
-        e.set_defaults(fn=run_export)
-        v = sub.add_parser("vllm-bench", help="benchmark vLLM on our workloads")
-        add_vllm_bench_arguments(v)
-        v.set_defaults(fn=run_vllm_bench)
+    from .integrations.vllm import add_export_arguments, add_vllm_bench_arguments, run_export, run_vllm_bench
+
+    e = sub.add_parser("export", help="export heads (and the target) for vLLM")
+    add_export_arguments(e)
+    e.set_defaults(fn=run_export)
+    v = sub.add_parser("vllm-bench", help="benchmark vLLM on our workloads")
+    add_vllm_bench_arguments(v)
+    v.set_defaults(fn=run_vllm_bench)
 
 
 def main(argv: list[str] | None = None) -> int:

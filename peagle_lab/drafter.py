@@ -173,8 +173,6 @@ class Drafter(nn.Module):
 def random_drafter(target, method: str = "peagle", num_hidden_layers: int = 1, seed: int = 0,
                    draft_vocab_size: int | None = None) -> Drafter:
     """An untrained drafter for ``target`` (deterministic for a seed); lossless tests use it."""
-    from .config import DrafterConfig
-
     cfg = DrafterConfig.for_target(target.config, method, num_hidden_layers, draft_vocab_size)
     d = Drafter(cfg)
     d.reset_parameters(generator=torch.Generator().manual_seed(seed))

@@ -25,6 +25,7 @@ from pathlib import Path
 import torch
 
 from ..config import METHODS
+from ..devices import DTYPES, resolve_device, resolve_dtype
 from .schema import write_csv, write_json
 from .sweep import SweepConfig, run_sweep
 from .workloads import WORKLOADS, HashTokenizer
@@ -36,7 +37,6 @@ PRESETS = {
     "tiny": dict(workloads=WORKLOADS, concurrencies=(1, 2), ks=(2,), extra_ks=(3,), extra_ks_at=(2,),
                  max_new_tokens=8, min_prompts=2, long_context_tokens=(48, 160)),
 }
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 # Flag dest → SweepConfig field, for the flags that map one to one.
 _FIELDS = {f.name for f in fields(SweepConfig)}
 
@@ -104,17 +104,6 @@ def sweep_config(args) -> SweepConfig:
     return SweepConfig(**values)
 
 
-def _device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise ValueError(f"--device {name} asked for CUDA, but torch sees no GPU")
-    try:
-        return torch.device(name)
-    except RuntimeError:
-        raise ValueError(f"--device {name!r} is not a device (auto | cpu | cuda[:N])") from None
-
-
 def _models(args, cfg: SweepConfig, device, dtype, tmp: Path):
     """(target, tokenizer, drafters, reference folder or None, config notes) for the run."""
     spec = [m for m in cfg.methods if m != "baseline"]
@@ -156,8 +145,8 @@ def run_bench(args) -> int:
     from ..provenance import run_info
 
     cfg = sweep_config(args)
-    device = _device(args.device)
-    dtype = DTYPES.get(args.dtype) or (torch.bfloat16 if device.type == "cuda" else torch.float32)
+    device = resolve_device(args.device)
+    dtype = resolve_dtype(args.dtype, device)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     command = getattr(args, "command_line", None) or shlex.join(["peagle-lab", *sys.argv[1:]])

@@ -31,10 +31,10 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
+from ..acceptance import acceptance_length
 from ..config import BACKENDS, MAX_K, METHODS, SpecConfig, check_choice, check_int
 from ..engine import SpecDecoder
-from .cli import DTYPES, _device
-from .sweep import _reserve
+from ..devices import DTYPES, resolve_device, resolve_dtype
 
 MiB = 1 << 20
 
@@ -117,14 +117,9 @@ def rss_bytes() -> int:
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
-def cache_tensors(engine: SpecDecoder) -> list[torch.Tensor]:
-    """Every K/V tensor of the engine's target and drafter caches."""
-    return [t for cache in (engine._cache_t, engine._cache_d) if cache is not None for t in (*cache.k, *cache.v)]
-
-
 def cache_fingerprint(engines: dict[str, SpecDecoder]) -> list[tuple[str, int, int]]:
     """(method, data_ptr, bytes) of every cache tensor: equal fingerprints mean reused caches."""
-    return [(m, t.data_ptr(), t.numel() * t.element_size()) for m, e in engines.items() for t in cache_tensors(e)]
+    return [(m, t.data_ptr(), t.numel() * t.element_size()) for m, e in engines.items() for t in e.cache_tensors()]
 
 
 def _key(device: torch.device) -> str:
@@ -171,7 +166,7 @@ def run_soak(target, drafters: dict, prompts: list[list[int]], cfg: SoakConfig, 
                           max_new_tokens=cfg.max_new_tokens, seed=cfg.seed, cuda_graphs=cfg.cuda_graphs,
                           kernel_backend=cfg.kernel_backend)
         engines[m] = SpecDecoder(target, drafters.get(m), spec)
-        _reserve(engines[m], c, need)  # the longest prompt fits, so no wave regrows a cache
+        engines[m].reserve(c, need)  # the longest prompt fits, so no wave regrows a cache
     warm = [prompts[i % len(prompts)] for i in range(c)]
     for e in engines.values():
         e.generate(warm, max_new_tokens=min(2 * k + 4, cfg.max_new_tokens), eos_token_ids=eos)
@@ -216,7 +211,7 @@ def run_soak(target, drafters: dict, prompts: list[list[int]], cfg: SoakConfig, 
                 "growth_since_warmup_bytes": mem[key] - after_warmup[key],
                 "caches_reused": cache_fingerprint(engines) == fingerprint,
                 "by_method": {m: {"requests": s["requests"], "output_tokens": s["output_tokens"],
-                                  "acceptance_length": 1.0 + s["accepted"] / s["drafts"] if s["drafts"] else 1.0}
+                                  "acceptance_length": acceptance_length(s["accepted"], s["drafts"])}
                               for m, s in per_method.items() if s["requests"]}}
         waves.append(wave)
         note = (f"wave {w + 1}/{cfg.num_waves}: {wave['tps']:.0f} tok/s, {key} {mem[key] / MiB:.1f} MiB "
@@ -325,8 +320,8 @@ def run_soak_cli(args) -> SoakResult:
     from .workloads import load_workload
 
     cfg = soak_config(args)
-    device = _device(args.device)
-    dtype = DTYPES.get(args.dtype) or (torch.bfloat16 if device.type == "cuda" else torch.float32)
+    device = resolve_device(args.device)
+    dtype = resolve_dtype(args.dtype, device)
     info = run_info(getattr(args, "command_line", None))
     target, tokenizer, drafters, notes = _models(args, cfg, device, dtype)
     limit = target.config.max_position_embeddings - cfg.max_new_tokens - cfg.num_speculative_tokens - 1

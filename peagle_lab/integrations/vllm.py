@@ -27,6 +27,7 @@ from pathlib import Path
 
 import torch
 
+from ..devices import DTYPES
 from ..drafter import Drafter
 from ..models.checkpoints import atomic_dir
 from .vllm_heads import HeadSpec, VllmHeadError, check_head_folder, head_spec
@@ -38,7 +39,6 @@ __all__ = ["FORMATS", "HeadSpec", "VllmHeadError", "check_head_folder", "export_
 
 FORMATS = ("vllm", "speculators")
 VLLM_ARCHITECTURE = "LlamaForCausalLMEagle3"
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 def _switches() -> dict:
@@ -229,12 +229,12 @@ def speculative_config(method: str, head_dir: Path | str, k: int) -> dict | None
     >>> speculative_config("baseline", "-", 3) is None
     True
     """
-    from ..config import METHODS, check_choice, check_int
+    from ..config import MAX_K, METHODS, check_choice, check_int
 
     check_choice("method", method, METHODS)
     if method == "baseline":
         return None
-    check_int("num_speculative_tokens", k, 1, 16)
+    check_int("num_speculative_tokens", k, 1, MAX_K)
     return {"method": "eagle3", "model": str(Path(head_dir).resolve()), "num_speculative_tokens": k,
             "parallel_drafting": method == "peagle", "draft_sample_method": "probabilistic"}
 
@@ -308,7 +308,7 @@ def run_export(args) -> int:
         target = load_hf_folder(target_dir)
         drafters += [(random_drafter(target, m, num_hidden_layers=args.layers), f"random-{m}") for m in args.random]
     if not drafters:
-        print("no heads to export: none ships yet (peagle_lab/heads/{eagle3,peagle}); pass --head DIR or --random")
+        print("no heads to export: peagle_lab/heads/{eagle3,peagle} are missing; pass --head DIR or --random")
         return 1
     for drafter, name in drafters:
         method = drafter.config.method

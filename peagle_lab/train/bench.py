@@ -161,12 +161,12 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
 @_reports_errors
 def run_bench(args) -> int:
     """Benchmark each method's training step; write the JSON; print a table."""
-    from ..bench.cli import _device
+    from ..devices import resolve_device
     from ..models.checkpoints import write_json
     from ..provenance import run_info
 
     if args.random_target:
-        target, name = random_target(_device(args.device)), "random weights, SmolLM2-135M shape"
+        target, name = random_target(resolve_device(args.device)), "random weights, SmolLM2-135M shape"
     else:
         target, _, name = load_target(args)
     if args.data:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from ..bench.cli import _device  # one device parser for every subcommand
+from ..devices import resolve_device
 
 
 def _reports_errors(run):
@@ -38,7 +38,7 @@ def _dtype(name: str, device: torch.device) -> torch.dtype:
 
 def load_target(args) -> tuple[object, object, str]:
     """``(target, tokenizer or None, name)`` for ``--tiny`` / ``--model`` / the default SmolLM2."""
-    device = _device(args.device)
+    device = resolve_device(args.device)
     if getattr(args, "tiny", False):
         from ..testing import tiny_target
 
@@ -124,7 +124,7 @@ def run_data(args) -> int:
                      heldout_fraction=args.heldout_fraction, shard_rows=args.shard_rows, seed=args.seed,
                      time_budget_s=args.time_budget_s, target_tokens=args.target_tokens)
     exclude = read_exclusions(args.exclude_file)  # bad input fails on every rank before any rank waits on another
-    info = init_distributed(_device(args.device))
+    info = init_distributed(resolve_device(args.device))
     try:
         args.device = str(info.device)  # under torchrun: this rank's GPU
         target, tok, name = load_target(args)

@@ -109,7 +109,7 @@ def _drafter(args, target, train):
 @_reports_errors
 def run_train(args) -> int:
     """Train one head as ``args`` say; rank 0 writes the run folder; returns the exit status."""
-    from ..bench.cli import _device
+    from ..devices import resolve_device
     from ..models.heads import save_head
     from .dist import init_distributed, shutdown
     from .evaluate import model_card, reports_from_json
@@ -128,7 +128,7 @@ def run_train(args) -> int:
         eval_at_end=not args.no_eval, eval_ks=tuple(int(k) for k in args.eval_ks.split(",")),
         eval_prompts=args.eval_prompts, eval_max_new_tokens=args.eval_max_new_tokens, amp=args.amp,
         compile=args.compile)
-    dist = init_distributed(_device(args.device))
+    dist = init_distributed(resolve_device(args.device))
     args.device = str(dist.device)
     target, _, name = load_target(args)  # after the config checks: fail fast, before loading anything
     train, heldout, data_card = _train_data(args, target)
