@@ -24,7 +24,7 @@ from .config import DrafterConfig, SpecConfig
 from .drafter import Drafter
 from .drafting import draft_autoregressive, draft_parallel
 from .engine import GenerationResult, Metrics, SpecDecoder
-from .models.heads import load_head, save_head
+from .heads.io import load_head, save_head
 from .verify import VerifyResult, verify_greedy, verify_rejection
 from .zoo import load_default, load_model
 

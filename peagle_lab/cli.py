@@ -94,14 +94,15 @@ def _optional_commands(sub) -> None:
         p = sub.add_parser(name, help=text)
         add(p)
         p.set_defaults(fn=run)
-    from .integrations.vllm import add_export_arguments, add_vllm_bench_arguments, run_export, run_vllm_bench
+    from .integrations import vllm_bench
+    from .integrations.vllm import add_export_arguments, run_export
 
     e = sub.add_parser("export", help="export heads (and the target) for vLLM")
     add_export_arguments(e)
     e.set_defaults(fn=run_export)
     v = sub.add_parser("vllm-bench", help="benchmark vLLM on our workloads")
-    add_vllm_bench_arguments(v)
-    v.set_defaults(fn=run_vllm_bench)
+    vllm_bench.add_arguments(v)
+    v.set_defaults(fn=vllm_bench.run)
 
 
 def main(argv: list[str] | None = None) -> int:

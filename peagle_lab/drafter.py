@@ -22,7 +22,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from .config import DrafterConfig
-from .models.llama import MLP, Attention, Block, KVCache, RMSNorm, make_context, rope_cos_sin, rope_inv_freq
+from .models.llama import (MLP, Attention, Block, KVCache, LlamaModel, RMSNorm, make_context, rope_cos_sin,
+                           rope_inv_freq)
 
 
 class FirstLayer(nn.Module):
@@ -177,3 +178,18 @@ def random_drafter(target, method: str = "peagle", num_hidden_layers: int = 1, s
     d = Drafter(cfg)
     d.reset_parameters(generator=torch.Generator().manual_seed(seed))
     return d.to(device=target.device, dtype=target.dtype).attach_embeddings(target.embed_tokens.weight)
+
+
+def check_drafter_fits(drafter: Drafter, target: LlamaModel, method: str) -> None:
+    """Raise ValueError when ``drafter`` cannot serve ``target`` with ``method``."""
+    dc, tc = drafter.config, target.config
+    if dc.method != method:
+        raise ValueError(f"the drafter was built for method={dc.method!r}, the engine runs {method!r}")
+    if dc.hidden_size != tc.hidden_size or dc.vocab_size != tc.vocab_size:
+        raise ValueError(f"drafter (hidden {dc.hidden_size}, vocab {dc.vocab_size}) does not fit the target "
+                         f"(hidden {tc.hidden_size}, vocab {tc.vocab_size})")
+    if any(not 0 <= k < tc.num_hidden_layers for k in dc.aux_layer_ids):
+        raise ValueError(f"drafter taps {dc.aux_layer_ids} do not exist in a {tc.num_hidden_layers}-layer target")
+    if tuple(dc.aux_layer_ids) != tuple(tc.taps):
+        raise ValueError(f"drafter taps {tuple(dc.aux_layer_ids)} differ from the target's {tuple(tc.taps)}; "
+                         "build the target with aux_layer_ids matching the head")

@@ -23,7 +23,7 @@ import torch
 
 from .acceptance import acceptance_length, per_position_acceptance
 from .config import SpecConfig
-from .drafter import Drafter
+from .drafter import Drafter, check_drafter_fits
 from .drafting import DraftResult, build_draft_batch, draft_autoregressive, draft_parallel, run_drafter
 from .models.llama import LlamaModel, fuse_projections
 from .kernels.verify import verify_greedy, verify_rejection
@@ -172,7 +172,7 @@ class SpecDecoder:
         if not isinstance(target, LlamaModel):
             raise ValueError(f"target must be a LlamaModel (peagle_lab.load_model), got {type(target).__name__}")
         if drafter is not None and not isinstance(drafter, Drafter):
-            raise ValueError(f"drafter must be a Drafter (peagle_lab.models.heads.load_head) or None, "
+            raise ValueError(f"drafter must be a Drafter (peagle_lab.heads.io.load_head) or None, "
                              f"got {type(drafter).__name__}")
         self.target, self.drafter, self.config = target, drafter, config
         if config.method != "baseline":
@@ -442,18 +442,3 @@ def check_eos(eos_token_ids) -> tuple[int, ...]:
         raise ValueError(f"eos_token_ids={eos_token_ids!r} must be a list or tuple of token ids "
                          "(() never stops early; None uses the model's)")
     return tuple(eos_token_ids)
-
-
-def check_drafter_fits(drafter: Drafter, target: LlamaModel, method: str) -> None:
-    """Raise ValueError when ``drafter`` cannot serve ``target`` with ``method``."""
-    dc, tc = drafter.config, target.config
-    if dc.method != method:
-        raise ValueError(f"the drafter was built for method={dc.method!r}, the engine runs {method!r}")
-    if dc.hidden_size != tc.hidden_size or dc.vocab_size != tc.vocab_size:
-        raise ValueError(f"drafter (hidden {dc.hidden_size}, vocab {dc.vocab_size}) does not fit the target "
-                         f"(hidden {tc.hidden_size}, vocab {tc.vocab_size})")
-    if any(not 0 <= k < tc.num_hidden_layers for k in dc.aux_layer_ids):
-        raise ValueError(f"drafter taps {dc.aux_layer_ids} do not exist in a {tc.num_hidden_layers}-layer target")
-    if tuple(dc.aux_layer_ids) != tuple(tc.taps):
-        raise ValueError(f"drafter taps {tuple(dc.aux_layer_ids)} differ from the target's {tuple(tc.taps)}; "
-                         "build the target with aux_layer_ids matching the head")

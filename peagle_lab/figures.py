@@ -22,7 +22,7 @@
 
 ``figure_mime_bundle`` turns a figure into raw display data (for in-place updates).
 
-The benchmark figures of the throughput sweep live in ``peagle_lab.viz``; these two are the
+The benchmark figures of the throughput sweep live in ``peagle_lab.bench.plots``; these two are the
 only modules that import plotly. Nothing here computes a result: figures only draw.
 """
 from __future__ import annotations

@@ -17,6 +17,8 @@ stage() {  # stage NAME COMMAND...: run, time, and stop at the first failure
 stage setup bash scripts/setup.sh
 # Debian's Chromium for tests/browser (JupyterLab + Playwright); a no-op when already installed.
 stage browser-setup bash scripts/install_browser.sh
+# The layering (contracts in pyproject.toml, [tool.importlinter]): no module imports from a layer above it.
+stage import-layers .venv/bin/lint-imports --no-cache
 stage unit-tests .venv/bin/python -m pytest -q -p no:cacheprovider
 # One OpenMP thread: on a 2-core runner two threads spin-wait on each other (15-40x slower).
 stage notebooks env OMP_NUM_THREADS=1 .venv/bin/python -m pytest -q -p no:cacheprovider \

@@ -17,7 +17,7 @@ from peagle_lab.config import DrafterConfig, SpecConfig
 from peagle_lab.drafting import draft_parallel
 from peagle_lab.engine import SpecDecoder
 from peagle_lab.models.checkpoints import CheckpointError, save_hf_folder
-from peagle_lab.models.heads import load_head, save_head
+from peagle_lab.heads.io import load_head, save_head
 from peagle_lab.testing import tiny_drafter, tiny_target
 
 PACKAGE = Path(__file__).resolve().parents[1] / "peagle_lab"

@@ -114,7 +114,7 @@ def test_tiny_end_to_end_writes_json_csv_html_with_every_cell(tmp_path, capsys):
 def test_the_sweep_runs_without_plotly(tmp_path, capsys, monkeypatch):
     """The H200 image has no plotly: JSON and CSV are written, the HTML is left for later."""
     monkeypatch.setitem(sys.modules, "plotly", None)
-    monkeypatch.delitem(sys.modules, "peagle_lab.viz", raising=False)
+    monkeypatch.delitem(sys.modules, "peagle_lab.bench.plots", raising=False)
     out = tmp_path / "bench"
     argv = ["--tiny", "--workloads", "chat", "-c", "1", "--extra-k", "--no-reference", "--out", str(out),
             *TORCH_KERNELS]

@@ -170,7 +170,7 @@ def test_aws_peagle_layout(tmp_path, target):
 def test_speculators_peagle_with_trained_embeddings(tmp_path, target):
     """speculators 'peagle': mask_hidden [1, 1, 3H] and its own (trained) embedding table."""
     d = tiny_drafter(target, "peagle", num_hidden_layers=2)
-    from peagle_lab.models.heads import head_config_dict
+    from peagle_lab.heads.io import head_config_dict
 
     cfg = head_config_dict(d.config)
     del cfg["norm_before_residual"]  # vLLM's default for peagle: False
@@ -188,7 +188,7 @@ def test_speculators_peagle_with_trained_embeddings(tmp_path, target):
 
 
 def test_speculators_eagle3_defaults_norm_before_residual_true(tmp_path, target):
-    from peagle_lab.models.heads import head_config_dict
+    from peagle_lab.heads.io import head_config_dict
 
     d = tiny_drafter(target, "eagle3")
     cfg = head_config_dict(d.config)

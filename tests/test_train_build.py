@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from peagle_lab.engine import check_drafter_fits
+from peagle_lab.drafter import check_drafter_fits
 from peagle_lab.testing import tiny_target
 from peagle_lab.train.build import new_drafter
 from peagle_lab.train.vocab import build_draft_vocab, draft_to_target_ids

@@ -14,7 +14,7 @@ from safetensors.torch import load_file
 
 from peagle_lab.config import SpecConfig
 from peagle_lab.engine import SpecDecoder
-from peagle_lab.models.heads import load_head
+from peagle_lab.heads.io import load_head
 from peagle_lab.testing import tiny_target
 from peagle_lab.train.cli import main
 

@@ -10,7 +10,7 @@
 | ``report``    | headline text table and the offline HTML report                       |
 | ``cli``       | ``peagle-lab bench`` (``python -m peagle_lab.bench.cli``)             |
 
-Nothing here imports plotly except ``report.write_report`` (through ``peagle_lab.viz``),
+Nothing here imports plotly except ``report.write_report`` (through ``peagle_lab.bench.plots``),
 so sweeps run where plotly is not installed.
 """
 from .schema import BenchResult, BenchRow, SchemaError, read_json, validate_result, write_csv, write_json

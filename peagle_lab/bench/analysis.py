@@ -1,7 +1,7 @@
 """Numbers derived from result rows: best K, method ratios, pooled acceptance and the goals.
 
 Everything here is a pure function of ``BenchRow``s, shared by the report, the figures in
-``peagle_lab.viz`` and the CLI's headline table.
+``peagle_lab.bench.plots`` and the CLI's headline table.
 """
 from __future__ import annotations
 

@@ -118,7 +118,7 @@ def _models(args, cfg: SweepConfig, device, dtype, tmp: Path):
                 {"model": "tiny random (peagle_lab.testing.tiny_target)", "heads": {m: "random (tiny)" for m in spec}})
     from .. import zoo
     from ..heads import default_drafter
-    from ..models.heads import load_head
+    from ..heads.io import load_head
 
     path = Path(args.model) if args.model else zoo.convert_default(quiet=True)
     target, tokenizer = zoo.load_model(path, dtype, device, quiet=True)

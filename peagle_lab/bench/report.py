@@ -1,7 +1,7 @@
 """Reporting a sweep: the headline text table, the goals, and an offline HTML report.
 
 The text parts need nothing beyond the standard library (they run on the H200, where
-plotly is absent); ``write_report`` imports the figures from ``peagle_lab.viz`` and so
+plotly is absent); ``write_report`` imports the figures from ``peagle_lab.bench.plots`` and so
 needs plotly. Rebuild a report from a result file anywhere with
 ``python -m peagle_lab.bench.report RESULT.json [--out report.html]``.
 """
@@ -85,7 +85,7 @@ def _table(header: list[str], rows: list[list[str]], left: int = 1) -> str:
 
 
 def _figures(result: BenchResult) -> list:
-    from .. import viz
+    from . import plots as viz
 
     if not result.rows:
         return []

@@ -25,7 +25,7 @@ def default_drafter(target, method: str, seed: int = 0):
         (Drafter, origin) where origin says which: "bundled <dir>" or "random (untrained)".
     """
     from ..drafter import random_drafter
-    from ..models.heads import load_head
+    from .io import load_head
 
     path = bundled_head_dir(method)
     if path is not None:

@@ -34,8 +34,7 @@ from .vllm_heads import HeadSpec, VllmHeadError, check_head_folder, head_spec
 from .vllm_import import import_head
 
 __all__ = ["FORMATS", "HeadSpec", "VllmHeadError", "check_head_folder", "export_for_vllm", "export_target_for_vllm",
-           "head_spec", "import_head", "serve_lines", "speculative_config", "add_export_arguments", "run_export",
-           "add_vllm_bench_arguments", "run_vllm_bench"]
+           "head_spec", "import_head", "serve_lines", "speculative_config", "add_export_arguments", "run_export"]
 
 FORMATS = ("vllm", "speculators")
 VLLM_ARCHITECTURE = "LlamaForCausalLMEagle3"
@@ -72,7 +71,7 @@ def vllm_config_dict(drafter: Drafter, k: int) -> dict:
 
 def speculators_config_dict(drafter: Drafter, k: int, verifier: str) -> dict:
     """The speculators config.json (layout "speculators"), our ``save_head`` one plus vLLM's switches."""
-    from ..models.heads import head_config_dict
+    from ..heads.io import head_config_dict
 
     d = head_config_dict(drafter.config, verifier=verifier, k=k)
     d.update(_switches())
@@ -317,17 +316,3 @@ def run_export(args) -> int:
         print(f"{method} head: {dest}\n")
         print(serve_lines(target_dir, method, dest, args.k))
     return 0
-
-
-def add_vllm_bench_arguments(p: argparse.ArgumentParser) -> None:
-    """Flags of ``peagle-lab vllm-bench`` (see ``peagle_lab.integrations.vllm_bench``)."""
-    from .vllm_bench import add_arguments
-
-    add_arguments(p)
-
-
-def run_vllm_bench(args) -> int:
-    """``peagle-lab vllm-bench``: run vLLM on our workloads and write our result schema."""
-    from .vllm_bench import run
-
-    return run(args)

@@ -35,12 +35,11 @@ from pathlib import Path
 
 import torch
 
+from ..heads.io import MASK_TOKEN_KEYS, mask_token_id_of
+
 # Architectures that vLLM's registry maps to its Llama EAGLE-3 drafter (model_executor/models/registry.py).
 VLLM_EAGLE3_ARCHITECTURES = ("LlamaForCausalLMEagle3", "Eagle3LlamaForCausalLM", "PeagleLlamaForCausalLM",
                              "PEagleDraftModel")
-# Where vLLM's proposer looks for the mask-token id, in its order (llm_base_proposer.py,
-# _init_parallel_drafting_params); dflash_config.mask_token_id comes first of all.
-MASK_TOKEN_KEYS = ("mask_token_id", "dspark_noise_token_id", "pard_token", "ptd_token_id")
 # Config switches of vLLM's drafter that our Drafter does not compute; vLLM's default first.
 UNSUPPORTED_SWITCHES = {"norm_before_fc": False, "fc_norm": False, "norm_output": False}
 
@@ -79,20 +78,6 @@ def _need(d: dict, key: str, source: str):
     if d.get(key) is None:
         raise VllmHeadError(f"{source}: config.json has no {key!r}; vLLM needs it to size the drafter")
     return d[key]
-
-
-def mask_token_id_of(config: dict) -> int | None:
-    """The mask-token id vLLM's proposer will use for this config (None: not a P-EAGLE head)."""
-    if config.get("speculators_model_type") is not None:
-        # vLLM maps speculators' top-level mask_token_id to pard_token (configs/speculators/algos.py).
-        return config.get("mask_token_id")
-    dflash = config.get("dflash_config") or {}
-    if isinstance(dflash, dict) and dflash.get("mask_token_id") is not None:
-        return int(dflash["mask_token_id"])
-    for key in MASK_TOKEN_KEYS:
-        if config.get(key) is not None:
-            return int(config[key])
-    return None
 
 
 def head_spec(config: dict, source: str = "config.json") -> HeadSpec:

@@ -90,7 +90,7 @@ def import_head(path: Path | str, target=None, dtype: torch.dtype = torch.float3
         The drafter in eval mode, embeddings attached when a table is available.
     """
     from ..models.checkpoints import CheckpointError
-    from ..models.heads import load_head
+    from ..heads.io import load_head
 
     path = Path(path)
     source = str(path / "config.json")
@@ -111,7 +111,7 @@ def import_head(path: Path | str, target=None, dtype: torch.dtype = torch.float3
     own = read_head_tensor(path, "embed_tokens.weight")
     table = None
     if target is not None:
-        from ..engine import check_drafter_fits
+        from ..drafter import check_drafter_fits
 
         check_drafter_fits(drafter, target, drafter.config.method)
         table = target.embed_tokens.weight.detach()

@@ -88,7 +88,7 @@ def prior_training(head_dir: Path | str) -> dict:
 
 def _drafter(args, target, train):
     """A fresh drafter (vocabulary from the data) or the warm-start head; and its prior training."""
-    from ..models.heads import load_head
+    from ..heads.io import load_head
     from .build import new_drafter
     from .vocab import build_draft_vocab, count_tokens
 
@@ -110,7 +110,7 @@ def _drafter(args, target, train):
 def run_train(args) -> int:
     """Train one head as ``args`` say; rank 0 writes the run folder; returns the exit status."""
     from ..devices import resolve_device
-    from ..models.heads import save_head
+    from ..heads.io import save_head
     from .dist import init_distributed, shutdown
     from .evaluate import model_card, reports_from_json
     from .loop import PrintEvery, Trainer, TrainConfig
@@ -238,7 +238,7 @@ def trained_on(summary: dict, data_card: dict | None) -> dict | None:
 @_reports_errors
 def run_eval(args) -> int:
     """Evaluate every ``--run``'s head on the held-out prompts; export each with its model card."""
-    from ..models.heads import load_head, save_head
+    from ..heads.io import load_head, save_head
     from .data import load_split
     from .evaluate import evaluate_acceptance, heldout_prompts, model_card, reports_table, reports_to_json
     from .loop import Trainer, TrainConfig

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from peagle_lab import viz
+from peagle_lab.bench import plots as viz
 from peagle_lab.bench.report import render_html, write_report
 from peagle_lab.bench.schema import BenchResult, BenchRow
 

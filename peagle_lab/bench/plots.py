@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import plotly.graph_objects as go
 
-from .bench.analysis import best_k, pooled_acceptance, ratios
-from .bench.schema import BenchResult, BenchRow
+from .analysis import best_k, pooled_acceptance, ratios
+from .schema import BenchResult, BenchRow
 
 METHOD_ORDER = ("baseline", "eagle3", "peagle")
 METHOD_LABELS = {"baseline": "plain decoding", "eagle3": "EAGLE-3", "peagle": "P-EAGLE",

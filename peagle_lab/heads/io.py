@@ -21,8 +21,8 @@ from pathlib import Path
 import torch
 
 from ..config import DrafterConfig
-from ..drafter import Drafter
-from .checkpoints import CheckpointError, atomic_dir, sha256_file
+from ..drafter import Drafter, check_drafter_fits
+from ..models.checkpoints import CheckpointError, atomic_dir, sha256_file
 
 SHARD_BYTES = 15 * 1024 * 1024
 _DRAFTER_FIELDS = ("num_attention_heads", "num_key_value_heads", "head_dim", "intermediate_size",
@@ -70,7 +70,7 @@ def config_from_head_dict(d: dict, source: str) -> DrafterConfig:
     method = d.get("speculators_model_type")
     layer = d.get("transformer_layer_config", d)
     if method is None:  # research format / vLLM LlamaForCausalLMEagle3 folder
-        mask = _mask_token_id(d)
+        mask = mask_token_id_of(d)
         method = "peagle" if mask is not None else "eagle3"
     if method not in ("eagle3", "peagle"):
         raise CheckpointError(f"{source}: speculators_model_type {method!r} is not supported; "
@@ -90,7 +90,7 @@ def config_from_head_dict(d: dict, source: str) -> DrafterConfig:
             vocab_size=layer["vocab_size"], draft_vocab_size=d.get("draft_vocab_size", layer["vocab_size"]),
             # vLLM's default when the key is absent: True for speculators eagle3 configs, else False.
             norm_before_residual=bool(d.get("norm_before_residual", d.get("speculators_model_type") == "eagle3")),
-            mask_token_id=_mask_token_id(d) if method == "peagle" else None,
+            mask_token_id=mask_token_id_of(d) if method == "peagle" else None,
             target_model_type=_model_type_of(d),
         )
         ids = d.get("eagle_aux_hidden_state_layer_ids") or (d.get("eagle_config") or {}).get(
@@ -104,19 +104,27 @@ def config_from_head_dict(d: dict, source: str) -> DrafterConfig:
         raise CheckpointError(f"{source}: {e}") from None
 
 
-def _mask_token_id(d: dict) -> int | None:
-    """The mask-token id as vLLM resolves it (None: an EAGLE-3 head).
+# Where vLLM's proposer looks for the mask-token id of a flat config, in its order
+# (llm_base_proposer.py, _init_parallel_drafting_params); dflash_config.mask_token_id comes first.
+MASK_TOKEN_KEYS = ("mask_token_id", "dspark_noise_token_id", "pard_token", "ptd_token_id")
 
-    A speculators config carries it as the top-level ``mask_token_id``; a flat config in
-    vLLM's proposer order: ``dflash_config.mask_token_id``, ``mask_token_id``,
-    ``dspark_noise_token_id``, ``pard_token``, ``ptd_token_id``.
+
+def mask_token_id_of(d: dict) -> int | None:
+    """The mask-token id as vLLM resolves it from a head's ``config.json`` (None: an EAGLE-3 head).
+
+    A speculators config carries it as the top-level ``mask_token_id`` (vLLM maps it to
+    ``pard_token``); a flat config in vLLM's proposer order: ``dflash_config.mask_token_id``,
+    then :data:`MASK_TOKEN_KEYS`.
+
+    >>> mask_token_id_of({"pard_token": 7, "ptd_token_id": 9}), mask_token_id_of({"dflash_config": {"mask_token_id": 3}})
+    (7, 3)
     """
     if d.get("speculators_model_type") is not None:
         return None if d.get("mask_token_id") is None else int(d["mask_token_id"])
     dflash = d.get("dflash_config") or {}
     if isinstance(dflash, dict) and dflash.get("mask_token_id") is not None:
         return int(dflash["mask_token_id"])
-    for key in ("mask_token_id", "dspark_noise_token_id", "pard_token", "ptd_token_id"):
+    for key in MASK_TOKEN_KEYS:
         if d.get(key) is not None:
             return int(d[key])
     return None
@@ -236,7 +244,7 @@ def load_head(path: Path | str, target=None, dtype: torch.dtype = torch.float32,
         CheckpointError: unreadable files, missing fields, wrong shapes or unknown tensors.
         ValueError: a head built for another target, or a ``target`` that is not a ``LlamaModel``.
     """
-    from .llama import LlamaModel
+    from ..models.llama import LlamaModel
 
     if target is not None and not isinstance(target, LlamaModel):
         raise ValueError(f"target must be a LlamaModel (or None), got {type(target).__name__}")
@@ -275,8 +283,6 @@ def load_head(path: Path | str, target=None, dtype: torch.dtype = torch.float32,
     drafter.load_state_dict({k: v.to(expected[k].dtype) for k, v in sd.items()})
     drafter = drafter.to(device=device, dtype=dtype)
     if target is not None:
-        from ..engine import check_drafter_fits
-
         check_drafter_fits(drafter, target, cfg.method)
         drafter.attach_embeddings(target.embed_tokens.weight)
     return drafter.eval()

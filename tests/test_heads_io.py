@@ -8,7 +8,7 @@ import torch
 from safetensors.torch import save_file
 
 from peagle_lab.models.checkpoints import CheckpointError
-from peagle_lab.models.heads import load_head, save_head
+from peagle_lab.heads.io import load_head, save_head
 from peagle_lab.testing import tiny_drafter, tiny_target
 
 
