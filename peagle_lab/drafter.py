@@ -90,6 +90,11 @@ class Drafter(nn.Module):
             with torch.no_grad():
                 self.mask_hidden.normal_(0.0, 1.0, generator=generator)
 
+    @property
+    def embed_table(self) -> torch.Tensor | None:
+        """The token-embedding table the drafter reads (the target's, attached), or None before that."""
+        return self._embed
+
     def attach_embeddings(self, embed_tokens: torch.Tensor) -> "Drafter":
         """Share the target's (frozen) token embedding table ``[vocab, H]``."""
         cfg = self.config

@@ -13,21 +13,25 @@ share the target code path, the KV-cache layout and the CUDA-graph treatment.
 Request ``b`` owns KV slots ``[b*max_len, (b+1)*max_len)`` in the target's and the drafter's
 cache; positions past a request's accepted length are simply overwritten by the next step,
 so the KV of rejected tokens is never read.
+
+The step itself is :mod:`peagle_lab.step` (plain functions); this module adds what a serving
+loop needs around it: KV caches kept across calls (``reserve``), CUDA graphs of the target and
+drafter forwards, timing without host syncs, and vLLM's counters.
 """
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
 
+from . import step
 from .acceptance import acceptance_length, per_position_acceptance
 from .config import SpecConfig
 from .drafter import Drafter, check_drafter_fits
-from .drafting import DraftResult, build_draft_batch, draft_autoregressive, draft_parallel, run_drafter
+from .drafting import DraftResult, run_drafter
 from .models.llama import LlamaModel, fuse_projections
-from .kernels.verify import verify_greedy, verify_rejection
-from .verify import VerifyResult, sample_verify_noise, target_probs_from_logits
 
 
 @dataclass(frozen=True)
@@ -187,6 +191,8 @@ class SpecDecoder:
         self.use_graphs = config.cuda_graphs and self.device.type == "cuda"
         self._graphs = _Graphs()
         self._cache_t = self._cache_d = None
+        # Called with every DraftResult the engine proposes (the vLLM check records drafts with it).
+        self.on_draft: Callable[[DraftResult], None] | None = None
 
     def reserve(self, concurrency: int, max_len: int) -> None:
         """Size the KV caches for ``concurrency`` requests of up to ``max_len`` tokens now.
@@ -233,36 +239,34 @@ class SpecDecoder:
         return self._graphs.run(key, fn, ids, hidden, pos, slots, *extra)
 
     def _draft(self, cache, taps, ids, pos, n, bonus, max_len, gen, timer: "_Timer | None" = None):
-        """Build the draft batch (timed as "prep") and run the drafter; returns (result, marks).
+        """``step.prepare_draft`` (timed as "prep") then ``step.draft``; returns (result, marks).
 
         On CUDA at temperature 0, decode steps replay two graphs (prep, then every drafter
         pass with its argmax), so both methods pay no per-kernel launch cost; the prefill
         step, whose width changes with the prompts, runs eagerly.
         """
         cfg = self.config
-        parallel = cfg.method == "peagle"
-        k_first = cfg.k if parallel else 1
-        fn = draft_parallel if parallel else draft_autoregressive
 
         def prep(taps, ids, pos, n, bonus):
-            return build_draft_batch(self.drafter, taps, ids, pos, n, bonus, k_first, max_len, cfg.kernel_backend)
+            return step.prepare_draft(self.drafter, taps, ids, pos, n, bonus, cfg.k, max_len, cfg.kernel_backend)
 
         def draft(batch, forward):
-            return fn(self.drafter, cache, taps, ids, pos, n, bonus, k=cfg.k, max_len=max_len,
-                      temperature=cfg.temperature, generator=gen, backend=cfg.kernel_backend, batch=batch,
-                      forward=forward)
+            return step.draft(self.drafter, cache, taps, ids, pos, n, bonus, k=cfg.k, max_len=max_len,
+                              temperature=cfg.temperature, generator=gen, backend=cfg.kernel_backend, batch=batch,
+                              forward=forward)
 
-        if self.use_graphs and cfg.temperature == 0 and ids.shape[1] == cfg.k + 1:
-            return self._graphed_draft(prep, draft, (taps, ids, pos, n, bonus), timer)
-        m0 = timer.mark() if timer else None
-        batch = prep(taps, ids, pos, n, bonus)
-        m1 = timer.mark() if timer else None
-        # Only decode-step shapes are worth a graph; a prefill's width changes with every batch.
-        decode = ids.shape[1] == cfg.k + 1
-        res = draft(batch, self._drafter_forward if decode else
-                    (lambda cache, *a: run_drafter(self.drafter, cache, *a)))
-        m2 = timer.mark() if timer else None
-        return res, (m0, m1, m2)
+        decode = ids.shape[1] == cfg.k + 1  # only decode-step shapes are worth a graph
+        if self.use_graphs and cfg.temperature == 0 and decode:
+            res, marks = self._graphed_draft(prep, draft, (taps, ids, pos, n, bonus), timer)
+        else:
+            m0 = timer.mark() if timer else None
+            batch = prep(taps, ids, pos, n, bonus)
+            m1 = timer.mark() if timer else None
+            res = draft(batch, self._drafter_forward if decode else None)
+            marks = (m0, m1, timer.mark() if timer else None)
+        if self.on_draft is not None:
+            self.on_draft(res)
+        return res, marks
 
     def _graphed_draft(self, prep, draft, args, timer):
         key = ("draft", tuple(args[1].shape))
@@ -283,13 +287,6 @@ class SpecDecoder:
         m2 = timer.mark() if timer else None
         return res, (m0, m1, m2)
 
-    def _sample(self, logits: torch.Tensor, gen) -> torch.Tensor:
-        """Next token from ``logits`` [c, V]: argmax at temperature 0, else a sample."""
-        if self.config.temperature == 0:
-            return logits.argmax(-1)
-        probs = target_probs_from_logits(logits, self.config.temperature)
-        return torch.multinomial(probs, 1, generator=gen)[:, 0]
-
     # ------------------------------------------------------------------ the loop
     @torch.inference_mode()
     def generate(self, prompts: list[list[int]], max_new_tokens: int | None = None,
@@ -304,76 +301,39 @@ class SpecDecoder:
                 a prompt too long for the context, bad ``max_new_tokens`` or ``eos_token_ids``.
         """
         cfg, K = self.config, self.config.k
-        max_new = cfg.max_new_tokens if max_new_tokens is None else max_new_tokens
-        eos = set(self.target.config.eos_token_ids if eos_token_ids is None else check_eos(eos_token_ids))
-        lens = check_prompts(prompts, self.target.config.vocab_size)
-        if not isinstance(max_new, int) or isinstance(max_new, bool) or max_new < 1:
-            raise ValueError(f"max_new_tokens={max_new!r} must be an integer >= 1")
+        max_new, eos, need = self._check_request(prompts, max_new_tokens, eos_token_ids)
         c, dev = len(prompts), self.device
-        need = max(lens) + max_new + K + 1
-        limit = self.target.config.max_position_embeddings
-        if need > limit:
-            raise ValueError(f"longest prompt ({max(lens)} tokens) + max_new_tokens ({max_new}) + K ({K}) "
-                             f"+ 1 = {need} exceeds the model's context of {limit} positions")
         gen = torch.Generator(device=dev).manual_seed(cfg.seed)
         cache_t, cache_d = self._caches(c, need)
         max_len = cache_t.max_len  # request b owns slots [b*max_len, (b+1)*max_len)
-        rows = torch.arange(c, device=dev)
 
         t0 = time.perf_counter()
-        T = max(lens)
-        ids = torch.zeros(c, T, dtype=torch.long, device=dev)
-        for b, p in enumerate(prompts):
-            ids[b, : len(p)] = torch.tensor(p, dtype=torch.long)
-        lens_t = torch.tensor(lens, device=dev)
-        pos = torch.arange(T, device=dev).expand(c, T).contiguous()
-        slots = torch.where(pos < lens_t[:, None], rows[:, None] * max_len + pos, torch.full_like(pos, -1))
-        out = self.target(ids, pos, cache=cache_t, slot_mapping=slots, return_taps=K > 0,
-                          logits_rows=(lens_t - 1)[:, None])
-        nxt = self._sample(out.logits[:, 0], gen)
-        drafts = self._draft(cache_d, out.taps, ids, pos, lens_t - 1, nxt, max_len, gen)[0] if K else None
+        ids, pos, lens = step.pad_prompts(prompts, dev)
+        out = step.prefill(self.target, ids, pos, lens, cache_t, max_len, taps=K > 0)
+        nxt = step.sample(out.logits[:, 0], cfg.temperature, gen)
+        drafts = self._draft(cache_d, out.taps, ids, pos, lens - 1, nxt, max_len, gen)[0] if K else None
         outputs = [[t] for t in nxt.tolist()]
-        done = [finished(o, eos, max_new) for o in outputs]
-        start = lens_t.clone()  # position of each request's last (not yet processed) token
+        done = [step.finished(o, eos, max_new) for o in outputs]
+        start = lens.clone()  # position of each request's newest (not yet processed) token
         prefill_s = time.perf_counter() - t0
 
-        trace: list[StepTrace] = []
-        acc_pos = torch.zeros(max(K, 1), dtype=torch.long)
-        n_drafts = n_acc = 0
+        counts, trace, timer = _Counts(K), [], _Timer(dev)
         t1 = time.perf_counter()
-        timer = _Timer(dev)
         while not all(done):
             active = torch.tensor([not d for d in done], device=dev)
             m0 = timer.mark()
-            vids = nxt[:, None] if not K else torch.cat([nxt[:, None], drafts.tokens], 1)  # [c, K+1]
-            vpos = start[:, None] + torch.arange(K + 1, device=dev)
-            vslots = torch.where(active[:, None] & (vpos < max_len), rows[:, None] * max_len + vpos,
-                                 torch.full_like(vpos, -1))
+            vids, vpos, vslots = step.verify_inputs(nxt, drafts.tokens if K else None, start, max_len, active)
             logits, taps = self._target(vids, vpos, vslots, cache_t)
-            if not K:
-                res = None
-                nxt = self._sample(logits[:, 0], gen)
-                n = torch.zeros(c, dtype=torch.long, device=dev)
-                new_tokens = nxt[:, None].tolist()
+            if K:
+                res = step.verify(logits, drafts, cfg.temperature, gen, cfg.kernel_backend)
+                nxt, n, new_tokens = res.next_tokens, res.num_accepted, res.output_tokens.tolist()
             else:
-                res = self._verify(logits, drafts, gen)
-                nxt, n = res.next_tokens, res.num_accepted
-                new_tokens = res.output_tokens.tolist()
+                nxt = step.sample(logits[:, 0], cfg.temperature, gen)
+                n, new_tokens = torch.zeros(c, dtype=torch.long, device=dev), nxt[:, None].tolist()
             m1 = timer.mark()
-            n_host = n.tolist()
-            accepted_now = []
-            for b in range(c):
-                if done[b]:
-                    continue
-                outputs[b].extend(new_tokens[b][: n_host[b] + 1])
-                accepted_now.append(n_host[b])
-                done[b] = finished(outputs[b], eos, max_new)
-            if res is not None:
-                act = active.cpu()
-                n_drafts += int(act.sum())
-                n_acc += sum(accepted_now)
-                a = n.cpu()[act]
-                acc_pos += (torch.arange(K)[None, :] < a[:, None]).sum(0)
+            accepted_now = step.accept(outputs, done, new_tokens, n.tolist(), eos, max_new)
+            if K:
+                counts.add(accepted_now)
             start = torch.where(active, start + n + 1, start)
             marks, forwards = None, 0
             if K and not all(done):
@@ -382,35 +342,53 @@ class SpecDecoder:
             trace.append((len(trace), m0, m1, marks, tuple(accepted_now), forwards))
         if dev.type == "cuda":
             torch.cuda.synchronize()
-        decode_s = time.perf_counter() - t1
-        steps = [StepTrace(s, timer.ms(a, b), timer.ms(mk[0], mk[1]) if mk else 0.0,
-                           timer.ms(mk[1], mk[2]) if mk else 0.0, acc, f)
-                 for s, a, b, mk, acc, f in trace]
-        outs = [trim(o, eos, max_new) for o in outputs]
-        metrics = Metrics(cfg.method, K, c, len(steps), n_drafts, n_drafts * K, n_acc,
-                          tuple(acc_pos.tolist()) if K else (), sum(len(o) for o in outs), prefill_s, decode_s)
-        return GenerationResult(outs, metrics, steps)
+        outs = [step.trim(o, eos, max_new) for o in outputs]
+        metrics = counts.metrics(cfg.method, c, len(trace), sum(len(o) for o in outs), prefill_s,
+                                 time.perf_counter() - t1)
+        return GenerationResult(outs, metrics, [_step_trace(timer, *t) for t in trace])
 
-    def _verify(self, logits: torch.Tensor, drafts: DraftResult, gen) -> VerifyResult:
-        backend = self.config.kernel_backend
-        if self.config.temperature == 0:
-            return verify_greedy(logits, drafts.tokens, backend=backend)
-        c, k1, V = logits.shape
-        target_probs = target_probs_from_logits(logits, self.config.temperature)
-        uniform, noise = sample_verify_noise(c, k1 - 1, V, gen, logits.device)
-        return verify_rejection(target_probs, drafts.draft_probs, drafts.tokens, uniform, noise, backend=backend)
-
-
-def finished(tokens: list[int], eos: set[int], max_new: int) -> bool:
-    return len(tokens) >= max_new or any(t in eos for t in tokens)
+    def _check_request(self, prompts, max_new_tokens, eos_token_ids) -> tuple[int, set[int], int]:
+        """Validate one ``generate`` call: (max_new, eos ids, KV positions a request needs)."""
+        K = self.config.k
+        max_new = self.config.max_new_tokens if max_new_tokens is None else max_new_tokens
+        eos = set(self.target.config.eos_token_ids if eos_token_ids is None else check_eos(eos_token_ids))
+        lens = check_prompts(prompts, self.target.config.vocab_size)
+        if not isinstance(max_new, int) or isinstance(max_new, bool) or max_new < 1:
+            raise ValueError(f"max_new_tokens={max_new!r} must be an integer >= 1")
+        need = max(lens) + max_new + K + 1
+        limit = self.target.config.max_position_embeddings
+        if need > limit:
+            raise ValueError(f"longest prompt ({max(lens)} tokens) + max_new_tokens ({max_new}) + K ({K}) "
+                             f"+ 1 = {need} exceeds the model's context of {limit} positions")
+        return max_new, eos, need
 
 
-def trim(tokens: list[int], eos: set[int], max_new: int) -> list[int]:
-    """Cut at the first EOS (kept) and at ``max_new`` tokens."""
-    for i, t in enumerate(tokens):
-        if t in eos:
-            return tokens[: min(i + 1, max_new)]
-    return tokens[:max_new]
+class _Counts:
+    """vLLM's spec-decode counters, accumulated over the steps of one ``generate``."""
+
+    def __init__(self, k: int) -> None:
+        self.k, self.drafts, self.accepted = k, 0, 0
+        self.per_position = [0] * k
+
+    def add(self, accepted: list[int]) -> None:
+        """One step: each request that was decoding drafted once and kept ``accepted[i]`` drafts."""
+        self.drafts += len(accepted)
+        self.accepted += sum(accepted)
+        for n in accepted:
+            for i in range(n):
+                self.per_position[i] += 1
+
+    def metrics(self, method: str, c: int, steps: int, output_tokens: int, prefill_s: float,
+                decode_s: float) -> Metrics:
+        return Metrics(method, self.k, c, steps, self.drafts, self.drafts * self.k, self.accepted,
+                       tuple(self.per_position), output_tokens, prefill_s, decode_s)
+
+
+def _step_trace(timer: _Timer, i: int, m0: int, m1: int, marks, accepted: tuple[int, ...], forwards: int) -> StepTrace:
+    """A ``StepTrace`` from the timer's marks (read after the final synchronisation)."""
+    prep = timer.ms(marks[0], marks[1]) if marks else 0.0
+    draft = timer.ms(marks[1], marks[2]) if marks else 0.0
+    return StepTrace(i, timer.ms(m0, m1), prep, draft, accepted, forwards)
 
 
 def check_prompts(prompts, vocab_size: int) -> list[int]:

@@ -1,7 +1,8 @@
 """One decode step taken apart: prefill, draft (EAGLE-3 or P-EAGLE), verify, every part kept.
 
 ``SpecDecoder`` runs this loop for real and keeps only counters and timings. Notebook 1
-wants to look inside one step, so here each stage returns what it made:
+wants to look inside one step, so here each stage returns what it made; both call the same
+functions of :mod:`peagle_lab.step`:
 
 ```
 prefill(target, prompts)            ─► taps [c, T, 3H], new token [c], target KV cache
@@ -20,10 +21,11 @@ from dataclasses import dataclass
 
 import torch
 
-from .drafter import Drafter
-from .drafting import DraftResult, build_draft_batch, draft_autoregressive, draft_parallel
-from .engine import SpecDecoder, StepTrace
+from . import step
 from .config import SpecConfig
+from .drafter import Drafter
+from .drafting import DraftResult
+from .engine import SpecDecoder, StepTrace
 from .models.llama import KVCache, LlamaModel
 from .verify import VerifyResult, verify_greedy
 
@@ -78,19 +80,11 @@ def prefill(target: LlamaModel, prompts: list[list[int]], *, extra_positions: in
     """
     if not prompts or any(len(p) == 0 for p in prompts):
         raise ValueError("prompts must be a non-empty list of non-empty token-id lists")
-    dev, c = target.device, len(prompts)
-    lens = torch.tensor([len(p) for p in prompts], device=dev)
-    T = int(lens.max())
-    ids = torch.zeros(c, T, dtype=torch.long, device=dev)
-    for b, p in enumerate(prompts):
-        ids[b, : len(p)] = torch.tensor(p, dtype=torch.long)
-    pos = torch.arange(T, device=dev).expand(c, T).contiguous()
-    max_len = T + extra_positions
-    cache = target.allocate_cache(c, max_len)
-    rows = torch.arange(c, device=dev)[:, None]
-    slots = torch.where(pos < lens[:, None], rows * max_len + pos, torch.full_like(pos, -1))
-    out = target(ids, pos, cache=cache, slot_mapping=slots, logits_rows=(lens - 1)[:, None])
-    return Prefill(tuple(lens.tolist()), ids, pos, out.taps, out.logits[:, 0].argmax(-1), cache, max_len)
+    ids, pos, lens = step.pad_prompts(prompts, target.device)
+    max_len = ids.shape[1] + extra_positions
+    cache = target.allocate_cache(len(prompts), max_len)
+    out = step.prefill(target, ids, pos, lens, cache, max_len)
+    return Prefill(tuple(lens.tolist()), ids, pos, out.taps, step.sample(out.logits[:, 0], 0.0), cache, max_len)
 
 
 @torch.inference_mode()
@@ -114,22 +108,17 @@ def one_step(target: LlamaModel, drafter: Drafter, pre: Prefill, *, k: int, back
     dcache = drafter.allocate_cache(c, pre.max_len)
     _sync(dev)
     t0 = time.perf_counter()
-    batch = build_draft_batch(drafter, pre.taps, pre.token_ids, pre.positions, n, new,
-                              k if method == "peagle" else 1, pre.max_len, backend)
+    batch = step.prepare_draft(drafter, pre.taps, pre.token_ids, pre.positions, n, new, k, pre.max_len, backend)
     _sync(dev)
     t1 = time.perf_counter()
-    fn = draft_parallel if method == "peagle" else draft_autoregressive
-    draft = fn(drafter, dcache, pre.taps, pre.token_ids, pre.positions, n, new, k=k, max_len=pre.max_len,
-               backend=backend, batch=batch)
+    draft = step.draft(drafter, dcache, pre.taps, pre.token_ids, pre.positions, n, new, k=k, max_len=pre.max_len,
+                       backend=backend, batch=batch)
     _sync(dev)
     t2 = time.perf_counter()
     verified = draft.tokens if drafts is None else drafts.to(dev)
     if tuple(verified.shape) != (c, k):
         raise ValueError(f"drafts has shape {tuple(verified.shape)}, expected [c, K] = [{c}, {k}]")
-    vids = torch.cat([new[:, None], verified], 1)  # [c, K+1]
-    vpos = lens[:, None] + torch.arange(k + 1, device=dev)
-    vslots = torch.arange(c, device=dev)[:, None] * pre.max_len + vpos
-    vslots = torch.where(vpos < pre.max_len, vslots, torch.full_like(vslots, -1))
+    vids, vpos, vslots = step.verify_inputs(new, verified, lens, pre.max_len)  # [c, K+1] each
     logits = target(vids, vpos, cache=pre.cache, slot_mapping=vslots, return_taps=False).logits
     result = verify_greedy(logits, verified)
     _sync(dev)

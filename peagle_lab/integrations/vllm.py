@@ -128,7 +128,7 @@ def vllm_head_tensors(drafter: Drafter, target_embed: torch.Tensor | None = None
                             "permuted vocabulary); vLLM maps draft ids only for a smaller draft vocabulary")
     if layout == "speculators":
         out["t2d"] = sd["t2d"]
-    table = drafter._embed if drafter._embed is not None else target_embed
+    table = drafter.embed_table if drafter.embed_table is not None else target_embed
     if cfg.method == "peagle":
         out["mask_hidden"] = sd["mask_hidden"].reshape(1, -1)
         if table is None:
@@ -137,7 +137,7 @@ def vllm_head_tensors(drafter: Drafter, target_embed: torch.Tensor | None = None
         table = table.detach().cpu().to(sd["mask_embedding"].dtype).clone()
         table[cfg.mask_token_id] = sd["mask_embedding"]
     if table is not None:
-        reference = target_embed if target_embed is not None else drafter._embed
+        reference = target_embed if target_embed is not None else drafter.embed_table
         reference = None if reference is None else reference.detach().cpu().to(table.dtype)
         if reference is None or not torch.equal(table, reference):
             out["embed_tokens.weight"] = table.contiguous()
@@ -271,7 +271,7 @@ def add_export_arguments(p: argparse.ArgumentParser) -> None:
 def import_for_export(head_dir: Path | str, target_dir: Path | str) -> Drafter:
     """``import_head`` without loading the target: its embedding table is read from ``target_dir``."""
     drafter = import_head(head_dir, dtype=torch.float32)
-    if drafter._embed is None:  # the head shares the target's table (and, for P-EAGLE, maybe its mask row)
+    if drafter.embed_table is None:  # the head shares the target's table (and, for P-EAGLE, maybe its mask row)
         drafter.attach_embeddings(target_embeddings(target_dir))
     return drafter
 

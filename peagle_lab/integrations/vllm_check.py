@@ -110,18 +110,12 @@ def probe_drafter(target, method: str, num_hidden_layers: int = 1, seed: int = 0
 def recording_drafts(engine):
     """Log every draft block ``engine`` (a ``SpecDecoder``) proposes: a list of [c, K] lists per call."""
     calls: list[list[list[int]]] = []
-    original = engine._draft
-
-    def draft(*args, **kwargs):
-        res, marks = original(*args, **kwargs)
-        calls.append(res.tokens.tolist())
-        return res, marks
-
-    engine._draft = draft
+    previous = engine.on_draft
+    engine.on_draft = lambda res: calls.append(res.tokens.tolist())
     try:
         yield calls
     finally:
-        del engine._draft  # back to the class's method
+        engine.on_draft = previous
 
 
 def run_ours(target, drafter, method: str, k: int, prompts: list[list[int]], max_new_tokens: int,

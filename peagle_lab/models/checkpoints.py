@@ -18,7 +18,7 @@ from typing import Iterator
 import numpy as np
 import torch
 
-from .llama import LlamaConfig, LlamaModel, rope_inv_freq
+from .llama import LlamaConfig, LlamaModel
 
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3", "mistral")
 
@@ -145,7 +145,7 @@ def model_from_state_dict(cfg: LlamaConfig, sd: dict[str, torch.Tensor], source:
     """Build a ``LlamaModel`` and load ``sd`` (HF names) strictly, naming what does not fit."""
     with torch.device("meta"):
         model = LlamaModel(cfg)
-    model._inv_freq = rope_inv_freq(cfg)  # built on "meta" above; this one must be real
+    model.reset_rope()  # built on "meta" above; the frequencies must be real
     ours = {_hf_to_ours(k): v for k, v in sd.items() if not k.endswith("rotary_emb.inv_freq")}
     if cfg.tie_word_embeddings:
         ours.pop("lm_head.weight", None)

@@ -398,6 +398,10 @@ class LlamaModel(nn.Module):
         # A plain attribute, not a buffer: model.to(bfloat16) must not round the frequencies.
         self._inv_freq = rope_inv_freq(cfg)
 
+    def reset_rope(self) -> None:
+        """Rebuild the RoPE frequencies from the config (after building the model on "meta")."""
+        self._inv_freq = rope_inv_freq(self.config)
+
     def rope(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """cos/signed sin ``[c, T, 1, hd]`` for ``positions`` [c, T] in the model's dtype."""
         if self._inv_freq.device != positions.device:

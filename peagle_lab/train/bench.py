@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from .cli import _common, _reports_errors, command_line, load_target
+from .cli import command_line, common_arguments, load_target, reports_errors
 
 # Dense bf16 tensor-core peaks from the vendors' data sheets (FLOP/s, without sparsity).
 PEAK_BF16 = {"H200": 989e12, "H100": 989e12, "B200": 2250e12, "A100": 312e12}
@@ -99,7 +99,7 @@ def _measure(tr, warmup: int, steps: int) -> dict:
     if cuda:
         torch.cuda.reset_peak_memory_stats()
     batches = [tr.next_rows() for _ in range(warmup + steps)]
-    first = [synced_seconds(lambda b=b: tr._guarded_step(b[0], 1e-4, tr.seed_step(i)), tr.device)
+    first = [synced_seconds(lambda b=b: tr.guarded_step(b[0], 1e-4, tr.seed_step(i)), tr.device)
              for i, b in enumerate(batches[:warmup])]
     step_s = [synced_seconds(lambda b=b: tr.train_step(b[0], 1e-4, tr.seed_step(i)), tr.device)
               for i, b in enumerate(batches[warmup:])]
@@ -139,7 +139,7 @@ def _split(tr, rows) -> dict:
 
 def add_bench_arguments(p: argparse.ArgumentParser) -> None:
     """Arguments of ``peagle-lab train-bench``."""
-    _common(p)
+    common_arguments(p)
     p.add_argument("--out", required=True, help="JSON file to write")
     p.add_argument("--data", default=None, help="a data folder (its training split); default: random tokens")
     p.add_argument("--tiny", action="store_true", help="the tiny random target (CPU smoke run)")
@@ -158,7 +158,7 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-examples", type=int, default=20000, help="examples read from --data")
 
 
-@_reports_errors
+@reports_errors
 def run_bench(args) -> int:
     """Benchmark each method's training step; write the JSON; print a table."""
     from ..devices import resolve_device

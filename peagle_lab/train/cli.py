@@ -18,7 +18,7 @@ import torch
 from ..devices import resolve_device
 
 
-def _reports_errors(run):
+def reports_errors(run):
     """``run_*`` return 2 and print the message for bad input (ValueError), like the rest of the CLI."""
     @functools.wraps(run)
     def wrapper(args) -> int:
@@ -59,7 +59,7 @@ def command_line(args=None) -> str:
     return shlex.join(head + sys.argv[1:])
 
 
-def _common(p: argparse.ArgumentParser) -> None:
+def common_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default=None, help="target HF folder or GGUF (default: the embedded SmolLM2)")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
     p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"],
@@ -74,7 +74,7 @@ def add_data_arguments(p: argparse.ArgumentParser) -> None:
     from .data import DataConfig
 
     d = DataConfig()
-    _common(p)
+    common_arguments(p)
     p.add_argument("--out", required=True, help="data folder to write (shards + card)")
     p.add_argument("--tiny", action="store_true", help="tiny random target + character tokenizer (CPU smoke run)")
     p.add_argument("--num-magpie", type=int, default=d.num_magpie, help="Magpie user turns to sample (all ranks)")
@@ -111,7 +111,7 @@ def read_exclusions(paths: list[str]) -> list[str]:
     return out
 
 
-@_reports_errors
+@reports_errors
 def run_data(args) -> int:
     """Synthesise a training data folder (one process, or every rank of a torchrun job); returns the exit status."""
     from .data import DataConfig, synthesize

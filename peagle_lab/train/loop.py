@@ -276,7 +276,7 @@ class Trainer:
         self.opt.zero_grad(set_to_none=True)
         return stats, grad_norm
 
-    def _guarded_step(self, rows: PackedRows, lr: float | None, generator: torch.Generator):
+    def guarded_step(self, rows: PackedRows, lr: float | None, generator: torch.Generator):
         """The first step compiles; if compilation fails, say so and carry on eagerly."""
         try:
             return self.train_step(rows, lr, generator)
@@ -340,7 +340,7 @@ class Trainer:
         while self.state.step < total:
             rows, tokens = self.next_rows()
             step = self.state.step
-            stats, grad_norm = self._guarded_step(rows, cfg.lr_at(step, total), self.seed_step(step))
+            stats, grad_norm = self.guarded_step(rows, cfg.lr_at(step, total), self.seed_step(step))
             acc += stats
             gn_sum += grad_norm
             self.state.step += 1
@@ -406,7 +406,7 @@ class Trainer:
         cfg = self.cfg
         rows, _ = self.next_rows()
         self.state.cursor -= 1  # the calibration batch is trained on again later
-        times = [synced_seconds(lambda: self._guarded_step(rows, None, self.seed_step(0)), self.device)
+        times = [synced_seconds(lambda: self.guarded_step(rows, None, self.seed_step(0)), self.device)
                  for _ in range(cfg.calibration_steps)]
         per_step = sorted(times[1:])[len(times[1:]) // 2]  # the median, compilation excluded
         left = cfg.time_budget_s - (time.monotonic() - t_start)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from .cli import _common, _reports_errors, command_line, load_target
+from .cli import command_line, common_arguments, load_target, reports_errors
 
 
 def add_train_arguments(p: argparse.ArgumentParser) -> None:
@@ -23,7 +23,7 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     from .loop import TrainConfig
 
     c = TrainConfig()
-    _common(p)
+    common_arguments(p)
     p.add_argument("--method", required=True, choices=["eagle3", "peagle"])
     p.add_argument("--data", default=None, help="data folder from train-data (not needed with --tiny)")
     p.add_argument("--out", required=True, help="run folder: log.jsonl, checkpoints/, head/, summary.json")
@@ -106,7 +106,7 @@ def _drafter(args, target, train):
     return drafter, vocab.coverage, {"tokens": 0, "steps": 0, "runs": []}
 
 
-@_reports_errors
+@reports_errors
 def run_train(args) -> int:
     """Train one head as ``args`` say; rank 0 writes the run folder; returns the exit status."""
     from ..devices import resolve_device
@@ -173,7 +173,7 @@ def run_train(args) -> int:
 # ---------------------------------------------------------------------------- eval / export
 def add_eval_arguments(p: argparse.ArgumentParser) -> None:
     """Arguments of ``peagle-lab train-eval``: measure trained runs' heads and export them."""
-    _common(p)
+    common_arguments(p)
     p.add_argument("--run", required=True, nargs="+", help="run folders written by train (head/ + summary.json)")
     p.add_argument("--data", required=True, help="the data folder (its held-out split is evaluated)")
     p.add_argument("--export", required=True, help="write each evaluated head to EXPORT/<run folder name>")
@@ -235,7 +235,7 @@ def trained_on(summary: dict, data_card: dict | None) -> dict | None:
     return card_digest(data_card) if examples is not None and examples == summary.get("train_examples") else None
 
 
-@_reports_errors
+@reports_errors
 def run_eval(args) -> int:
     """Evaluate every ``--run``'s head on the held-out prompts; export each with its model card."""
     from ..heads.io import load_head, save_head

@@ -1,0 +1,171 @@
+"""One speculative decoding step as plain functions: prefill, draft, verify, accept.
+
+``SpecDecoder.generate`` is a loop over these; it adds only what a serving loop needs around
+them (KV caches reused across calls, CUDA graphs, timing, counters). The notebooks'
+walkthrough calls the same functions, so the step it takes apart is the engine's.
+
+```
+pad_prompts(prompts)                         ─► ids, positions [c, T], lengths [c]
+prefill(target, ids, positions, lengths, …)  ─► logits at each prompt's last token, taps, KV written
+sample(logits, temperature)                  ─► the first new token of each request (the bonus)
+prepare_draft(drafter, taps, …)              ─► the drafter's batch: slot metadata + hidden states
+draft(drafter, cache, taps, …, batch=…)      ─► K draft tokens (EAGLE-3: K passes; P-EAGLE: one)
+verify_inputs(bonus, drafts, start, …)       ─► [c, K+1] ids, positions, KV slots for the target
+verify(logits, drafts, temperature, …)       ─► accepted counts, next bonus tokens (lossless)
+accept(outputs, done, …)                     ─► each request's new tokens appended, EOS checked
+```
+Request b owns KV slots ``[b*max_len, (b+1)*max_len)``; slot −1 writes nothing.
+"""
+from __future__ import annotations
+
+import torch
+
+from .drafter import Drafter
+from .drafting import DraftResult, build_draft_batch, draft_autoregressive, draft_parallel
+from .kernels.prepare_draft_inputs import DraftInputs
+from .kernels.verify import verify_greedy, verify_rejection
+from .models.llama import KVCache, LlamaModel, TargetOutput
+from .verify import VerifyResult, sample_verify_noise, target_probs_from_logits
+
+__all__ = ["pad_prompts", "kv_slots", "prefill", "sample", "prepare_draft", "draft", "verify_inputs", "verify",
+           "accept", "finished", "trim"]
+
+
+def pad_prompts(prompts: list[list[int]], device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Right-pad token-id prompts with 0: ``ids`` and ``positions`` [c, T], ``lengths`` [c].
+
+    >>> ids, pos, lens = pad_prompts([[5, 6, 7], [8]], torch.device("cpu"))
+    >>> ids.tolist(), lens.tolist()
+    ([[5, 6, 7], [8, 0, 0]], [3, 1])
+    """
+    lengths = torch.tensor([len(p) for p in prompts], device=device)
+    c, T = len(prompts), max(len(p) for p in prompts)
+    ids = torch.zeros(c, T, dtype=torch.long, device=device)
+    for b, p in enumerate(prompts):
+        ids[b, : len(p)] = torch.tensor(p, dtype=torch.long)
+    return ids, torch.arange(T, device=device).expand(c, T).contiguous(), lengths
+
+
+def kv_slots(positions: torch.Tensor, valid: torch.Tensor, max_len: int) -> torch.Tensor:
+    """KV-cache slot of each position: ``b*max_len + position`` where ``valid``, else −1.
+
+    >>> kv_slots(torch.tensor([[0, 1], [0, 1]]), torch.tensor([[True, True], [True, False]]), 4).tolist()
+    [[0, 1], [4, -1]]
+    """
+    rows = torch.arange(positions.shape[0], device=positions.device)[:, None]
+    return torch.where(valid & (positions < max_len), rows * max_len + positions, torch.full_like(positions, -1))
+
+
+def prefill(target: LlamaModel, ids: torch.Tensor, positions: torch.Tensor, lengths: torch.Tensor,
+            cache: KVCache, max_len: int, *, taps: bool = True) -> TargetOutput:
+    """The target over the padded prompts, writing their KV; logits at each prompt's last token.
+
+    Returns:
+        ``TargetOutput`` with ``logits`` [c, 1, V] and, when ``taps``, the taps [c, T, 3H].
+    """
+    slots = kv_slots(positions, positions < lengths[:, None], max_len)
+    return target(ids, positions, cache=cache, slot_mapping=slots, return_taps=taps,
+                  logits_rows=(lengths - 1)[:, None])
+
+
+def sample(logits: torch.Tensor, temperature: float, generator: torch.Generator | None = None) -> torch.Tensor:
+    """The next token from ``logits`` [c, V]: argmax at temperature 0, else a sample."""
+    if temperature == 0:
+        return logits.argmax(-1)
+    probs = target_probs_from_logits(logits, temperature)
+    return torch.multinomial(probs, 1, generator=generator)[:, 0]
+
+
+def prepare_draft(drafter: Drafter, taps: torch.Tensor, ids: torch.Tensor, positions: torch.Tensor,
+                  num_accepted: torch.Tensor, bonus: torch.Tensor, k: int, max_len: int,
+                  backend: str = "auto") -> tuple[DraftInputs, torch.Tensor]:
+    """The drafter's first batch: P-EAGLE lays out all K slots, EAGLE-3 one (its first pass)."""
+    k_first = k if drafter.config.method == "peagle" else 1
+    return build_draft_batch(drafter, taps, ids, positions, num_accepted, bonus, k_first, max_len, backend)
+
+
+def draft(drafter: Drafter, cache: KVCache, taps: torch.Tensor, ids: torch.Tensor, positions: torch.Tensor,
+          num_accepted: torch.Tensor, bonus: torch.Tensor, *, k: int, max_len: int, temperature: float = 0.0,
+          generator: torch.Generator | None = None, backend: str = "auto",
+          batch: tuple[DraftInputs, torch.Tensor] | None = None, forward=None) -> DraftResult:
+    """K draft tokens after the processed batch: P-EAGLE in one pass, EAGLE-3 in K.
+
+    ``batch`` is :func:`prepare_draft`'s result when the caller built (and timed) it apart;
+    ``forward`` replaces the drafter's plain forward (the engine passes a CUDA-graphed one).
+    """
+    fn = draft_parallel if drafter.config.method == "peagle" else draft_autoregressive
+    return fn(drafter, cache, taps, ids, positions, num_accepted, bonus, k=k, max_len=max_len,
+              temperature=temperature, generator=generator, backend=backend, batch=batch, forward=forward)
+
+
+def verify_inputs(bonus: torch.Tensor, drafts: torch.Tensor | None, start: torch.Tensor, max_len: int,
+                  active: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The target's verify batch: the bonus token then the K drafts of each request.
+
+    Args:
+        bonus: ``[c]`` each request's newest token (not yet in the KV cache).
+        drafts: ``[c, K]`` draft tokens, or None for plain decoding (K = 0).
+        start: ``[c]`` the bonus token's position.
+        active: ``[c]`` requests still decoding (finished ones write no KV); all when None.
+
+    Returns:
+        ``ids``, ``positions`` and KV ``slots``, each ``[c, K+1]``.
+
+    >>> ids, pos, slots = verify_inputs(torch.tensor([9, 8]), torch.tensor([[1, 2], [3, 4]]),
+    ...                                 torch.tensor([5, 2]), max_len=7, active=torch.tensor([True, False]))
+    >>> ids.tolist(), pos.tolist(), slots.tolist()
+    ([[9, 1, 2], [8, 3, 4]], [[5, 6, 7], [2, 3, 4]], [[5, 6, -1], [-1, -1, -1]])
+    """
+    ids = bonus[:, None] if drafts is None else torch.cat([bonus[:, None], drafts], 1)
+    positions = start[:, None] + torch.arange(ids.shape[1], device=ids.device)
+    valid = torch.ones_like(positions, dtype=torch.bool) if active is None else active[:, None].expand_as(positions)
+    return ids, positions, kv_slots(positions, valid, max_len)
+
+
+def verify(logits: torch.Tensor, drafts: DraftResult, temperature: float, generator: torch.Generator | None = None,
+           backend: str = "auto") -> VerifyResult:
+    """Greedy verification at temperature 0, else rejection sampling: the target's distribution exactly."""
+    if temperature == 0:
+        return verify_greedy(logits, drafts.tokens, backend=backend)
+    c, k1, V = logits.shape
+    target_probs = target_probs_from_logits(logits, temperature)
+    uniform, noise = sample_verify_noise(c, k1 - 1, V, generator, logits.device)
+    return verify_rejection(target_probs, drafts.draft_probs, drafts.tokens, uniform, noise, backend=backend)
+
+
+def accept(outputs: list[list[int]], done: list[bool], new_tokens: list[list[int]], num_accepted: list[int],
+           eos: set[int], max_new: int) -> list[int]:
+    """Append each unfinished request's accepted drafts and next token; mark EOS / length stops.
+
+    Returns:
+        The accepted-draft counts of the requests that were still decoding, in order.
+
+    >>> outs, done = [[1], [2]], [False, True]
+    >>> accept(outs, done, [[5, 6, 7], [0, 0, 0]], [1, 0], eos={7}, max_new=8), outs, done
+    ([1], [[1, 5, 6], [2]], [False, True])
+    """
+    accepted = []
+    for b, (n, new) in enumerate(zip(num_accepted, new_tokens)):
+        if done[b]:
+            continue
+        outputs[b].extend(new[: n + 1])
+        accepted.append(n)
+        done[b] = finished(outputs[b], eos, max_new)
+    return accepted
+
+
+def finished(tokens: list[int], eos: set[int], max_new: int) -> bool:
+    """Whether a request is done: ``max_new`` tokens, or an EOS among them."""
+    return len(tokens) >= max_new or any(t in eos for t in tokens)
+
+
+def trim(tokens: list[int], eos: set[int], max_new: int) -> list[int]:
+    """Cut at the first EOS (kept) and at ``max_new`` tokens.
+
+    >>> trim([4, 5, 2, 6], eos={2}, max_new=8), trim([4, 5, 6], eos=set(), max_new=2)
+    ([4, 5, 2], [4, 5])
+    """
+    for i, t in enumerate(tokens):
+        if t in eos:
+            return tokens[: min(i + 1, max_new)]
+    return tokens[:max_new]
