@@ -126,6 +126,52 @@ def _key(device: torch.device) -> str:
     return "allocated" if device.type == "cuda" else "rss"
 
 
+def _engines(target, drafters: dict, methods: tuple[str, ...], cfg: SoakConfig, need: int) -> dict:
+    """One engine per method, its caches reserved for the longest prompt (no wave regrows one)."""
+    engines = {}
+    for m in methods:
+        spec = SpecConfig(method=m, num_speculative_tokens=cfg.num_speculative_tokens, temperature=cfg.temperature,
+                          max_new_tokens=cfg.max_new_tokens, seed=cfg.seed, cuda_graphs=cfg.cuda_graphs,
+                          kernel_backend=cfg.kernel_backend)
+        engines[m] = SpecDecoder(target, drafters.get(m), spec)
+        engines[m].reserve(cfg.concurrency, need)
+    return engines
+
+
+def _wave(engines: dict, prompts: list[list[int]], cfg: SoakConfig, w: int, tokens: list, advance) -> dict:
+    """Decode wave ``w`` (batches of c, the methods taking turns); its tokens/s and AL per method.
+
+    The new tokens of every request are appended to ``tokens``; ``advance(c)`` after each batch.
+    """
+    dev, c = next(iter(engines.values())).device, cfg.concurrency
+    eos = () if cfg.ignore_eos else None
+    if dev.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(dev)
+    per_method = {m: {"requests": 0, "output_tokens": 0, "drafts": 0, "accepted": 0} for m in engines}
+    t0 = time.perf_counter()
+    first = w * cfg.wave_size
+    for batch, start in enumerate(range(first, first + cfg.wave_size, c), start=first // c):
+        m = cfg.methods[batch % len(cfg.methods)]
+        res = engines[m].generate([prompts[i % len(prompts)] for i in range(start, start + c)],
+                                  max_new_tokens=cfg.max_new_tokens, eos_token_ids=eos)
+        tokens.extend(res.tokens)
+        s = per_method[m]
+        s["requests"] += c
+        s["output_tokens"] += res.metrics.output_tokens
+        s["drafts"] += res.metrics.num_drafts
+        s["accepted"] += res.metrics.num_accepted_tokens
+        advance(c)
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+    wall = time.perf_counter() - t0
+    out = sum(s["output_tokens"] for s in per_method.values())
+    return {"wave": w + 1, "requests": cfg.wave_size, "output_tokens": out, "wall_s": wall,
+            "tps": out / wall if wall > 0 else 0.0,
+            "by_method": {m: {"requests": s["requests"], "output_tokens": s["output_tokens"],
+                              "acceptance_length": acceptance_length(s["accepted"], s["drafts"])}
+                          for m, s in per_method.items() if s["requests"]}}
+
+
 def run_soak(target, drafters: dict, prompts: list[list[int]], cfg: SoakConfig, *, run_info: dict,
              extra_config: dict | None = None, progress: bool = True, log=print) -> SoakResult:
     """Decode ``cfg.requests`` requests in waves and read memory before, after warm-up and per wave.
@@ -160,13 +206,7 @@ def run_soak(target, drafters: dict, prompts: list[list[int]], cfg: SoakConfig, 
     if dev.type == "cuda":
         torch.cuda.reset_peak_memory_stats(dev)
     before = memory_bytes(dev)
-    engines = {}
-    for m in methods:
-        spec = SpecConfig(method=m, num_speculative_tokens=k, temperature=cfg.temperature,
-                          max_new_tokens=cfg.max_new_tokens, seed=cfg.seed, cuda_graphs=cfg.cuda_graphs,
-                          kernel_backend=cfg.kernel_backend)
-        engines[m] = SpecDecoder(target, drafters.get(m), spec)
-        engines[m].reserve(c, need)  # the longest prompt fits, so no wave regrows a cache
+    engines = _engines(target, drafters, methods, cfg, need)
     warm = [prompts[i % len(prompts)] for i in range(c)]
     for e in engines.values():
         e.generate(warm, max_new_tokens=min(2 * k + 4, cfg.max_new_tokens), eos_token_ids=eos)
@@ -183,36 +223,11 @@ def run_soak(target, drafters: dict, prompts: list[list[int]], cfg: SoakConfig, 
     bar = tqdm(total=cfg.requests, desc="soak", unit="req", disable=not tty)
     tokens: list[list[int]] = []
     waves = []
-    batch_index = 0
     for w in range(cfg.num_waves):
-        if dev.type == "cuda":
-            torch.cuda.reset_peak_memory_stats(dev)
-        per_method = {m: {"requests": 0, "output_tokens": 0, "drafts": 0, "accepted": 0} for m in methods}
-        t0 = time.perf_counter()
-        for start in range(w * cfg.wave_size, (w + 1) * cfg.wave_size, c):
-            m = cfg.methods[batch_index % len(cfg.methods)]
-            batch_index += 1
-            res = engines[m].generate([prompts[i % len(prompts)] for i in range(start, start + c)],
-                                      max_new_tokens=cfg.max_new_tokens, eos_token_ids=eos)
-            tokens.extend(res.tokens)
-            s = per_method[m]
-            s["requests"] += c
-            s["output_tokens"] += res.metrics.output_tokens
-            s["drafts"] += res.metrics.num_drafts
-            s["accepted"] += res.metrics.num_accepted_tokens
-            bar.update(c)
-        if dev.type == "cuda":
-            torch.cuda.synchronize(dev)
-        wall = time.perf_counter() - t0
-        mem = memory_bytes(dev)
-        out = sum(s["output_tokens"] for s in per_method.values())
-        wave = {"wave": w + 1, "requests": cfg.wave_size, "output_tokens": out, "wall_s": wall,
-                "tps": out / wall if wall > 0 else 0.0, "memory": mem,
-                "growth_since_warmup_bytes": mem[key] - after_warmup[key],
-                "caches_reused": cache_fingerprint(engines) == fingerprint,
-                "by_method": {m: {"requests": s["requests"], "output_tokens": s["output_tokens"],
-                                  "acceptance_length": acceptance_length(s["accepted"], s["drafts"])}
-                              for m, s in per_method.items() if s["requests"]}}
+        wave = _wave(engines, prompts, cfg, w, tokens, bar.update)
+        mem = wave["memory"] = memory_bytes(dev)
+        wave["growth_since_warmup_bytes"] = mem[key] - after_warmup[key]
+        wave["caches_reused"] = cache_fingerprint(engines) == fingerprint
         waves.append(wave)
         note = (f"wave {w + 1}/{cfg.num_waves}: {wave['tps']:.0f} tok/s, {key} {mem[key] / MiB:.1f} MiB "
                 f"({wave['growth_since_warmup_bytes'] / MiB:+.1f} since warm-up)")

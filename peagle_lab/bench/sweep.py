@@ -233,6 +233,56 @@ def load_prompts(cfg: SweepConfig, tokenizer, max_positions: int, cells: list[Ce
     return out
 
 
+def _reference(result: BenchResult, ref_cells, reference_folder, prompts, cfg: SweepConfig, target, skip, bar) -> dict:
+    """transformers' compiled static-cache rows into ``result``; their tokens per (workload, c).
+
+    A failure must not sink the sweep: its cells are recorded as skipped, with the reason.
+    """
+    from .reference import measure_reference
+
+    ref_tokens: dict = {}
+    try:
+        rows, ref_tokens = measure_reference(reference_folder, {w: prompts[w] for w, _ in ref_cells},
+                                             cfg, device=target.device, dtype=target.dtype)
+    except Exception as e:  # noqa: BLE001 - say why the reference is missing, go on
+        for w, c in ref_cells:
+            skip(Cell(w, "baseline", 0, c), f"transformers reference failed: {type(e).__name__}: {e}", "transformers")
+    else:
+        for r in rows:
+            result.rows.append(r)
+            bar.step(f"{r.workload} transformers c={r.concurrency}", f"{r.tps:.1f} tok/s")
+    _free(target.device)
+    return ref_tokens
+
+
+def _cell(target, drafters: dict, cell: Cell, prompts: list[Prompt], cfg: SweepConfig,
+          t0: float) -> tuple[BenchRow | None, list, str]:
+    """Measure one cell with a fresh engine: (row, tokens, "") or (None, [], why it was skipped).
+
+    One engine per cell: its CUDA graphs are per shape (so per c) anyway, and dropping the
+    engine frees the memory pools of the graphs it captured.
+    """
+    k, c = cell.k, cell.concurrency
+    need = max(p.num_tokens for p in prompts[: cfg.num_prompts(c)]) + cfg.max_new_tokens + k + 1
+    if cfg.max_batch_tokens and c * need > cfg.max_batch_tokens:
+        return None, [], f"c*max_len = {c * need} > max_batch_tokens {cfg.max_batch_tokens}"
+    if cfg.time_budget_s is not None and time.monotonic() - t0 > cfg.time_budget_s:
+        return None, [], f"time budget of {cfg.time_budget_s:.0f} s used up"
+    spec = SpecConfig(method=cell.method, num_speculative_tokens=max(k, 1), temperature=cfg.temperature,
+                      max_new_tokens=cfg.max_new_tokens, seed=cfg.seed, cuda_graphs=cfg.cuda_graphs,
+                      kernel_backend=cfg.kernel_backend)
+    engine = SpecDecoder(target, drafters.get(cell.method), spec)
+    try:
+        engine.reserve(c, need)  # caches sized once: no timed pass regrows them (and drops graphs)
+        row, tokens = measure_cell(engine, cell, prompts, cfg)
+        reason = ""
+    except torch.OutOfMemoryError as e:
+        row, tokens, reason = None, [], f"out of memory: {str(e).splitlines()[0][:160]}"
+    del engine
+    _free(target.device, collect=row is None)
+    return row, tokens, reason
+
+
 def run_sweep(target, tokenizer, drafters: dict, cfg: SweepConfig, *, run_info: dict, extra_config: dict | None = None,
               reference_folder=None, progress: bool = True, on_update=None, log=print) -> BenchResult:
     """Measure every planned cell (and the transformers reference) and return the result.
@@ -272,51 +322,17 @@ def run_sweep(target, tokenizer, drafters: dict, cfg: SweepConfig, *, run_info: 
         bar.step(_label(cell), f"skipped ({reason})")
 
     if ref_cells:
-        from .reference import measure_reference
-
-        try:
-            rows, ref_tokens = measure_reference(reference_folder, {w: prompts[w] for w, _ in ref_cells},
-                                                 cfg, device=target.device, dtype=target.dtype)
-        except Exception as e:  # the reference must not sink the sweep; say why it is missing
-            for w, c in ref_cells:
-                skip(Cell(w, "baseline", 0, c), f"transformers reference failed: {type(e).__name__}: {e}",
-                     "transformers")
-        else:
-            for r in rows:
-                result.rows.append(r)
-                bar.step(f"{r.workload} transformers c={r.concurrency}", f"{r.tps:.1f} tok/s")
-        _free(target.device)
+        ref_tokens = _reference(result, ref_cells, reference_folder, prompts, cfg, target, skip, bar)
 
     for cell in cells:
-        w, method, k, c = cell.workload, cell.method, cell.k, cell.concurrency
-        used = prompts[w][: cfg.num_prompts(c)]
-        need = max(p.num_tokens for p in used) + cfg.max_new_tokens + k + 1
-        if cfg.max_batch_tokens and c * need > cfg.max_batch_tokens:
-            skip(cell, f"c*max_len = {c * need} > max_batch_tokens {cfg.max_batch_tokens}")
-            continue
-        if cfg.time_budget_s is not None and time.monotonic() - t0 > cfg.time_budget_s:
-            skip(cell, f"time budget of {cfg.time_budget_s:.0f} s used up")
-            continue
         t_cell = time.monotonic()
-        # One engine per cell: its CUDA graphs are per shape (so per c) anyway, and dropping
-        # the engine frees the memory pools of the graphs it captured.
-        spec = SpecConfig(method=method, num_speculative_tokens=max(k, 1), temperature=cfg.temperature,
-                          max_new_tokens=cfg.max_new_tokens, seed=cfg.seed, cuda_graphs=cfg.cuda_graphs,
-                          kernel_backend=cfg.kernel_backend)
-        engine = SpecDecoder(target, drafters.get(method), spec)
-        try:
-            engine.reserve(c, need)  # caches sized once: no timed pass regrows them (and drops graphs)
-            row, tokens = measure_cell(engine, cell, prompts[w], cfg)
-        except torch.OutOfMemoryError as e:
-            row, oom = None, f"out of memory: {str(e).splitlines()[0][:160]}"
-        del engine
-        _free(target.device, collect=row is None)
+        row, tokens, reason = _cell(target, drafters, cell, prompts[cell.workload], cfg, t0)
         if row is None:
-            skip(cell, oom)
+            skip(cell, reason)
             continue
         result.rows.append(row)
-        if method == "baseline":
-            baseline_tokens[(w, c)] = tokens
+        if cell.method == "baseline":
+            baseline_tokens[(cell.workload, cell.concurrency)] = tokens
         bar.step(_label(cell), f"{row.tps:.1f} tok/s, AL {row.acceptance_length:.2f}, {time.monotonic() - t_cell:.1f} s")
         if on_update:
             on_update(result)

@@ -80,44 +80,48 @@ def _need(d: dict, key: str, source: str):
     return d[key]
 
 
+def _speculators_layer(config: dict, kind: str, source: str) -> tuple[dict, str, bool, dict]:
+    """A speculators config's layer settings as vLLM reads them: (settings, "speculators", nbr, switches)."""
+    if kind not in ("eagle3", "peagle"):
+        raise VllmHeadError(f"{source}: speculators_model_type {kind!r} is not an EAGLE-3 head; "
+                            "expected 'eagle3' or 'peagle'")
+    layer = config.get("transformer_layer_config")
+    if not isinstance(layer, dict):
+        raise VllmHeadError(f"{source}: a speculators config needs a transformer_layer_config dict")
+    if layer.get("model_type", "llama") != "llama":
+        raise VllmHeadError(f"{source}: transformer_layer_config.model_type {layer.get('model_type')!r} "
+                            "is not supported here; expected 'llama'")
+    if kind == "peagle" and config.get("mask_token_id") is None:
+        raise VllmHeadError(f"{source}: a speculators 'peagle' config needs a top-level mask_token_id "
+                            "(vLLM maps it to pard_token and fails with a KeyError without it)")
+    top_layers = config.get("num_hidden_layers")
+    if top_layers is not None and layer.get("num_hidden_layers") not in (None, top_layers):
+        raise VllmHeadError(f"{source}: num_hidden_layers is {top_layers} at the top level but "
+                            f"{layer.get('num_hidden_layers')} in transformer_layer_config, which vLLM uses")
+    d = {**layer, **{k: config[k] for k in ("draft_vocab_size", "target_hidden_size",
+                                             "eagle_aux_hidden_state_layer_ids") if k in config}}
+    default_nbr = kind == "eagle3"  # vLLM's speculators defaults: True for eagle3, False for peagle
+    switches = {k: config.get(k, v) for k, v in UNSUPPORTED_SWITCHES.items()}
+    return d, "speculators", config.get("norm_before_residual", default_nbr), switches
+
+
+def _flat_layer(config: dict, source: str) -> tuple[dict, str, bool, dict]:
+    """A flat (vLLM-style) config's layer settings: (settings, "vllm", nbr, switches)."""
+    archs = config.get("architectures") or []
+    if not any(a in VLLM_EAGLE3_ARCHITECTURES or a.endswith("Eagle3") or a.startswith("Eagle3") for a in archs):
+        raise VllmHeadError(f"{source}: architectures {archs} is not an EAGLE-3 drafter; use "
+                            f"{VLLM_EAGLE3_ARCHITECTURES[0]!r} (or a speculators config)")
+    switches = {k: config.get(k, v) for k, v in UNSUPPORTED_SWITCHES.items()}
+    # norm_before_fc alone is read from eagle_config first (llama_eagle3.py, LlamaModel.__init__).
+    switches["norm_before_fc"] = (config.get("eagle_config") or {}).get("norm_before_fc", switches["norm_before_fc"])
+    return config, "vllm", config.get("norm_before_residual", False), switches
+
+
 def head_spec(config: dict, source: str = "config.json") -> HeadSpec:
     """Resolve ``config.json`` the way vLLM does (defaults included); refuse what it cannot load."""
     kind = config.get("speculators_model_type")
-    if kind is not None:
-        if kind not in ("eagle3", "peagle"):
-            raise VllmHeadError(f"{source}: speculators_model_type {kind!r} is not an EAGLE-3 head; "
-                                "expected 'eagle3' or 'peagle'")
-        layer = config.get("transformer_layer_config")
-        if not isinstance(layer, dict):
-            raise VllmHeadError(f"{source}: a speculators config needs a transformer_layer_config dict")
-        if layer.get("model_type", "llama") != "llama":
-            raise VllmHeadError(f"{source}: transformer_layer_config.model_type {layer.get('model_type')!r} "
-                                "is not supported here; expected 'llama'")
-        if kind == "peagle" and config.get("mask_token_id") is None:
-            raise VllmHeadError(f"{source}: a speculators 'peagle' config needs a top-level mask_token_id "
-                                "(vLLM maps it to pard_token and fails with a KeyError without it)")
-        top_layers = config.get("num_hidden_layers")
-        if top_layers is not None and layer.get("num_hidden_layers") not in (None, top_layers):
-            raise VllmHeadError(f"{source}: num_hidden_layers is {top_layers} at the top level but "
-                                f"{layer.get('num_hidden_layers')} in transformer_layer_config, which vLLM uses")
-        d, layout = {**layer, **{k: config[k] for k in ("draft_vocab_size", "target_hidden_size",
-                                                         "eagle_aux_hidden_state_layer_ids") if k in config}}, \
-            "speculators"
-        default_nbr = kind == "eagle3"  # vLLM's speculators defaults: True for eagle3, False for peagle
-        nbr = config.get("norm_before_residual", default_nbr)
-        switches = {k: config.get(k, v) for k, v in UNSUPPORTED_SWITCHES.items()}
-    else:
-        archs = config.get("architectures") or []
-        if not any(a in VLLM_EAGLE3_ARCHITECTURES or a.endswith("Eagle3") or a.startswith("Eagle3")
-                   for a in archs):
-            raise VllmHeadError(f"{source}: architectures {archs} is not an EAGLE-3 drafter; use "
-                                f"{VLLM_EAGLE3_ARCHITECTURES[0]!r} (or a speculators config)")
-        d, layout = config, "vllm"
-        nbr = config.get("norm_before_residual", False)
-        switches = {k: config.get(k, v) for k, v in UNSUPPORTED_SWITCHES.items()}
-        # norm_before_fc alone is read from eagle_config first (llama_eagle3.py, LlamaModel.__init__).
-        switches["norm_before_fc"] = (config.get("eagle_config") or {}).get("norm_before_fc",
-                                                                           switches["norm_before_fc"])
+    d, layout, nbr, switches = (_speculators_layer(config, kind, source) if kind is not None
+                                else _flat_layer(config, source))
     H = int(_need(d, "hidden_size", source))
     nh = int(_need(d, "num_attention_heads", source))
     eagle_cfg = config.get("eagle_config") or {}

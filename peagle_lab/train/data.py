@@ -250,6 +250,36 @@ def _second_turns(target, tokenizer, firsts: list[Example], cfg: DataConfig, exc
     return out, stats
 
 
+def _response_plan(train_p: list[tuple], cfg: DataConfig) -> tuple[set[int], set]:
+    """Which training prompts also get a sampled response (indices), and which a second turn (texts)."""
+    n = len(train_p)
+    sampled = set(random.Random(derive_seed(cfg.seed, "sampled")).sample(range(n), round(cfg.sampled_fraction * n)))
+    multi = {train_p[i][0] for i in random.Random(derive_seed(cfg.seed, "multi_turn")).sample(
+        range(n), round(cfg.multi_turn_fraction * n))}
+    return sampled, multi
+
+
+def _card(target, target_name: str, cfg: DataConfig, reports: list[dict], sources: dict, *, exclusions: dict,
+          heldout_groups: int, sampled_prompts: int, multi_turn_prompts: int) -> dict:
+    """The data card from every rank's report: splits, shards, throughput, exclusions, config."""
+    follow_ups = sum((Counter(r["follow_ups"]) for r in reports), Counter())
+    throughput = throughput_section(reports)
+    return dict(
+        environment(), format=FORMAT, target=target_name, device=str(target.device), dtype=str(target.dtype),
+        world_size=len(reports), seed=cfg.seed, config=asdict(cfg), throughput=throughput,
+        timings_s=dict({k: p["seconds"] for k, p in throughput["phases"].items()},
+                       total=throughput["total"]["seconds"]),
+        stopped_by_time_budget=any("time_budget" in r["stopped_by"] for r in reports),
+        stopped_by_token_target=any("token_target" in r["stopped_by"] for r in reports),
+        exclusions={"size": exclusions["size"], "hits": exclusions["hits"] + follow_ups["excluded"]},
+        sources=sources, heldout_groups=heldout_groups,
+        responses={"sampled_fraction": cfg.sampled_fraction, "sample_temperature": cfg.sample_temperature,
+                   "sampled_prompts": sampled_prompts, "multi_turn_fraction": cfg.multi_turn_fraction,
+                   "multi_turn_prompts": multi_turn_prompts, "follow_ups": dict(sorted(follow_ups.items()))},
+        splits={s: merge_split_stats([r["splits"][s] for r in reports]) for s in ("train", "heldout")},
+        shards={s: [e for r in reports for e in r["shards"][s]] for s in ("train", "heldout")})
+
+
 def synthesize(target, tokenizer, cfg: DataConfig, out_dir: Path | str, exclude: Iterable[str] = (),
                target_name: str = "target", progress: bool = True, log=print) -> dict:
     """Make a whole dataset (see the module docstring) and return its card.
@@ -295,9 +325,7 @@ def synthesize(target, tokenizer, cfg: DataConfig, out_dir: Path | str, exclude:
     held = split_groups([p[2] for p in prompts], cfg.heldout_fraction, cfg.heldout_max, cfg.seed)
     train_p, held_p = [p for p in prompts if p[2] not in held], [p for p in prompts if p[2] in held]
     n = len(train_p)
-    sampled = set(random.Random(derive_seed(cfg.seed, "sampled")).sample(range(n), round(cfg.sampled_fraction * n)))
-    multi = {train_p[i][0] for i in random.Random(derive_seed(cfg.seed, "multi_turn")).sample(
-        range(n), round(cfg.multi_turn_fraction * n))}
+    sampled, multi = _response_plan(train_p, cfg)
     log(f"prompts: {sources['magpie']['prompts']} magpie of {cfg.num_magpie} sampled, {sources['code']['prompts']} "
         f"coding, {sources['math']['prompts']} math, {sources['writing']['prompts']} writing; {len(held_p)} held out; "
         f"{len(sampled)} also sampled, {len(multi)} picked for a second turn; {world} rank(s)")
@@ -330,23 +358,9 @@ def synthesize(target, tokenizer, cfg: DataConfig, out_dir: Path | str, exclude:
               "splits": {"train": split_stats(train), "heldout": split_stats(heldout)},
               "follow_ups": follow_stats, "stopped_by": {magpie_budget.stopped_by, budget.stopped_by}}
     reports = all_gather_objects(report)  # returns once every rank's shards are on disk
-    follow_ups = sum((Counter(r["follow_ups"]) for r in reports), Counter())
-    throughput = throughput_section(reports)
-    card = dict(
-        environment(), format=FORMAT, target=target_name, device=str(target.device), dtype=str(target.dtype),
-        world_size=world, seed=cfg.seed, config=asdict(cfg), throughput=throughput,
-        timings_s=dict({k: p["seconds"] for k, p in throughput["phases"].items()},
-                       total=throughput["total"]["seconds"]),
-        stopped_by_time_budget=any("time_budget" in r["stopped_by"] for r in reports),
-        stopped_by_token_target=any("token_target" in r["stopped_by"] for r in reports),
-        exclusions={"size": len(excl), "hits": sources["magpie"]["outcomes"].get("excluded", 0) + shared_hits
-                    + follow_ups["excluded"]},
-        sources=sources, heldout_groups=len(held),
-        responses={"sampled_fraction": cfg.sampled_fraction, "sample_temperature": cfg.sample_temperature,
-                   "sampled_prompts": len(sampled), "multi_turn_fraction": cfg.multi_turn_fraction,
-                   "multi_turn_prompts": len(multi), "follow_ups": dict(sorted(follow_ups.items()))},
-        splits={s: merge_split_stats([r["splits"][s] for r in reports]) for s in ("train", "heldout")},
-        shards={s: [e for r in reports for e in r["shards"][s]] for s in ("train", "heldout")})
+    card = _card(target, target_name, cfg, reports, sources,
+                 exclusions={"size": len(excl), "hits": sources["magpie"]["outcomes"].get("excluded", 0) + shared_hits},
+                 heldout_groups=len(held), sampled_prompts=len(sampled), multi_turn_prompts=len(multi))
     if rank == 0:
         write_card(out_dir, card)
     barrier()  # the folder is complete before any rank returns (a caller may read it next)

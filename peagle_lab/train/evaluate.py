@@ -99,6 +99,20 @@ def reports_table(reports: list[AcceptanceReport]) -> str:
     return "\n".join(rows)
 
 
+def _data_paragraph(data_card: dict) -> str:
+    """The model card's paragraph on the data a head was trained on."""
+    train, held = data_card.get("splits", {}).get("train", {}), data_card.get("splits", {}).get("heldout", {})
+    sources = ", ".join(f"{k} {v}" for k, v in (train.get("by_source") or {}).items())
+    greedy = train.get("greedy_token_share")
+    return (f"Self-distilled from the target: {train.get('examples', '?')} training sequences "
+            f"({train.get('tokens', '?')} tokens) whose responses the target generated itself"
+            + (f", {100 * greedy:.0f} % of the tokens greedily" if greedy is not None else "")
+            + f". Prompts by source: {sources or '?'} (Magpie turns sampled from the target under domain system "
+            "prompts, coding prompts from Python standard-library docstrings, templated math and writing "
+            f"prompts; {train.get('multi_turn', 0)} sequences continued by a second turn). "
+            f"Held out: {held.get('prompts', '?')} prompts. Seed {data_card.get('seed', '?')}.")
+
+
 def model_card(summary: dict, reports: list[AcceptanceReport], data_card: dict | None = None) -> str:
     """The README.md of a trained head: what it is, its data, training and measured acceptance.
 
@@ -139,18 +153,7 @@ def model_card(summary: dict, reports: list[AcceptanceReport], data_card: dict |
         "- per-depth top-1 agreement with the target at the end: "
         + ", ".join(f"{a:.2f}" for a in get("depth_acc", [])), ""]
     if data_card:
-        train, held = data_card.get("splits", {}).get("train", {}), data_card.get("splits", {}).get("heldout", {})
-        sources = ", ".join(f"{k} {v}" for k, v in (train.get("by_source") or {}).items())
-        greedy = train.get("greedy_token_share")
-        lines += ["## Data", "",
-                  f"Self-distilled from the target: {train.get('examples', '?')} training sequences "
-                  f"({train.get('tokens', '?')} tokens) whose responses the target generated itself"
-                  + (f", {100 * greedy:.0f} % of the tokens greedily" if greedy is not None else "")
-                  + f". Prompts by source: {sources or '?'} (Magpie turns sampled from the target under domain system "
-                  "prompts, coding prompts from Python standard-library docstrings, templated math and writing "
-                  f"prompts; {train.get('multi_turn', 0)} sequences continued by a second turn). "
-                  f"Held out: {held.get('prompts', '?')} prompts. "
-                  f"Seed {data_card.get('seed', '?')}.", ""]
+        lines += ["## Data", "", _data_paragraph(data_card), ""]
     if reports:
         r0, base = reports[0], get("baseline_tps")
         lines += ["## Held-out acceptance (temperature 0, the real engine)", "",
