@@ -1,6 +1,6 @@
 """Export the figures of docs/concepts.md as PNG files (deterministic inputs only, no timings).
 
-Each figure comes from ``peagle_lab.figures`` on the worked examples of the notebooks, or on
+Each figure comes from ``peagle_lab.lab.figures`` on the worked examples of the notebooks, or on
 committed results; it is written to HTML with plotly.js inlined and photographed by Debian's
 Chromium through Playwright (the browser test's set-up: ``bash scripts/install_browser.sh``).
 
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import torch
 
-from peagle_lab import figures
-from peagle_lab.layout import layout_toy_batch
+from peagle_lab.lab import figures
+from peagle_lab.lab.layout import layout_toy_batch
 from peagle_lab.verify import verify_greedy
 
 REPO = Path(__file__).resolve().parent.parent

@@ -65,7 +65,7 @@ def test_every_listed_module_exists():
 
 @pytest.mark.parametrize("expected", ["peagle_lab.config", "peagle_lab.engine", "peagle_lab.kernels.verify",
                                       "peagle_lab.train.partition", "peagle_lab.integrations.vllm",
-                                      "peagle_lab.widgets", "peagle_lab.cli"])
+                                      "peagle_lab.lab.widgets", "peagle_lab.cli"])
 def test_api_reference_names_the_modules_of_the_brief(expected):
     assert expected in conf.api_modules()
 

@@ -1,4 +1,4 @@
-"""The workshop exercise solutions (peagle_lab.exercises) agree with the library."""
+"""The workshop exercise solutions (peagle_lab.lab.exercises) agree with the library."""
 from __future__ import annotations
 
 import pytest
@@ -6,10 +6,10 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from peagle_lab import exercises as ex
+from peagle_lab.lab import exercises as ex
 from peagle_lab.kernels.fill_draft_hidden import fill_draft_hidden_ref
 from peagle_lab.kernels.prepare_draft_inputs import prepare_draft_inputs
-from peagle_lab.layout import describe_draft_batch, layout_toy_batch, random_decode_batch
+from peagle_lab.lab.layout import describe_draft_batch, layout_toy_batch, random_decode_batch
 
 
 # ---------------------------------------------------------------- notebook 1
@@ -93,7 +93,7 @@ def test_bytes_match_the_tensors_moved(accepted, k, H, e):
 
 # ---------------------------------------------------------------- notebook 3
 def test_leaky_mask_breaks_the_partition_check():
-    from peagle_lab.train_walkthrough import partition_gradient_check
+    from peagle_lab.lab.train_walkthrough import partition_gradient_check
 
     leaky = partition_gradient_check((2,), mask=ex.leaky_chain_mask)
     assert leaky[2]["max_grad_rel_error"] > 1e-2  # the segments no longer see what one pass sees

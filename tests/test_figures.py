@@ -1,4 +1,4 @@
-"""Figures draw what their result objects hold (peagle_lab.figures)."""
+"""Figures draw what their result objects hold (peagle_lab.lab.figures)."""
 from __future__ import annotations
 
 import json
@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from peagle_lab import figures
+from peagle_lab.lab import figures
 from peagle_lab.engine import StepTrace
 from peagle_lab.kernels.fill_draft_hidden import fill_draft_hidden_ref
-from peagle_lab.layout import SLOT_KINDS, layout_toy_batch
+from peagle_lab.lab.layout import SLOT_KINDS, layout_toy_batch
 from peagle_lab.verify import verify_greedy
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -174,7 +174,7 @@ def test_training_curves_and_acceptance_reports():
     history = [{"step": s, "loss": 5.0 - s, "depth_acc": [0.1 * s, 0.05 * s]} for s in (1, 2, 3)]
     fig = figures.training_curves_figure(history)
     assert list(fig.data[0].y) == [4.0, 3.0, 2.0] and [t.name for t in fig.data] == ["loss", "depth 0", "depth 1"]
-    from peagle_lab.train_walkthrough import HeadAcceptance
+    from peagle_lab.lab.train_walkthrough import HeadAcceptance
 
     reports = {"a": [HeadAcceptance(3, 1.5, (0.4, 0.1, 0.0))], "b": [HeadAcceptance(5, 2.0, (0.5,) * 5)]}
     acc = figures.acceptance_reports_figure(reports, k=3)
@@ -191,7 +191,7 @@ def test_training_session_figures_draw_the_committed_results():
     import json
     from pathlib import Path
 
-    from peagle_lab.figures import acceptance_vs_k_figure, learning_curve_figure
+    from peagle_lab.lab.figures import acceptance_vs_k_figure, learning_curve_figure
 
     results = json.loads((Path(__file__).parents[1] / "docs/results/h200/training/results.json").read_text())
     fig = learning_curve_figure(results)
@@ -207,7 +207,7 @@ def test_k_scaling_figure_draws_every_k_of_the_committed_sweep():
     import json
     from pathlib import Path
 
-    from peagle_lab.figures import k_scaling_figure
+    from peagle_lab.lab.figures import k_scaling_figure
 
     bench = json.loads((Path(__file__).parents[1] / "docs/results/h200/k_scaling/bench.json").read_text())
     fig = k_scaling_figure(bench, "code", (1, 64))

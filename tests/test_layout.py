@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from peagle_lab.kernels.prepare_draft_inputs import prepare_draft_inputs_ref
-from peagle_lab.layout import (
+from peagle_lab.lab.layout import (
     compare_draft_inputs, describe_draft_batch, format_draft_batch, layout_toy_batch, random_decode_batch,
     toy_decode_batch,
 )
@@ -67,7 +67,7 @@ def test_compare_reports_each_field():
 
 
 def test_kernel_parity_counts_every_field():
-    from peagle_lab.layout import kernel_parity
+    from peagle_lab.lab.layout import kernel_parity
 
     out = kernel_parity(4, max_c=3, max_k=4, hidden_size=16, backend="triton")  # interpreted on CPU
     assert set(out) == {"input_ids", "positions", "slot_mapping", "is_masked", "hidden_mapping",
@@ -76,7 +76,7 @@ def test_kernel_parity_counts_every_field():
 
 
 def test_time_draft_batch_reports_each_backend():
-    from peagle_lab.layout import time_draft_batch
+    from peagle_lab.lab.layout import time_draft_batch
 
     t = time_draft_batch(2, 3, backends=("torch",), hidden_size=32, repeats=3, device="cpu")
     assert list(t) == ["torch"] and t["torch"] > 0
@@ -84,7 +84,7 @@ def test_time_draft_batch_reports_each_backend():
 
 def test_triton_runs_here_follows_the_interpreter():
     from peagle_lab.kernels import backend
-    from peagle_lab.layout import triton_runs_here
+    from peagle_lab.lab.layout import triton_runs_here
 
     assert triton_runs_here("cpu") == backend.interpreted()
     if backend.triton is not None and not torch.cuda.is_available():

@@ -1,10 +1,10 @@
-"""The small training experiments of notebooks 3 and 6 (peagle_lab.train_walkthrough)."""
+"""The small training experiments of notebooks 3 and 6 (peagle_lab.lab.train_walkthrough)."""
 from __future__ import annotations
 
 import pytest
 
 from peagle_lab.train.cod import CODConfig
-from peagle_lab.train_walkthrough import partition_gradient_check, partition_sizes, shipped_head_acceptance, tiny_setup
+from peagle_lab.lab.train_walkthrough import partition_gradient_check, partition_sizes, shipped_head_acceptance, tiny_setup
 
 
 def test_partitioned_gradients_equal_the_single_pass():

@@ -1,4 +1,4 @@
-"""One decode step taken apart (peagle_lab.walkthrough), on the tiny seeded models."""
+"""One decode step taken apart (peagle_lab.lab.walkthrough), on the tiny seeded models."""
 from __future__ import annotations
 
 import pytest
@@ -7,7 +7,7 @@ import torch
 from peagle_lab import SpecConfig, SpecDecoder
 from peagle_lab.engine import StepTrace
 from peagle_lab.testing import tiny_drafter, tiny_target
-from peagle_lab.walkthrough import median_step, one_step, oracle_drafts, prefill
+from peagle_lab.lab.walkthrough import median_step, one_step, oracle_drafts, prefill
 
 PROMPTS = [[5, 17, 33, 8, 61], [40, 3, 9]]
 

@@ -1,10 +1,10 @@
-"""DraftBatchExplorer: moving a slider redraws the draft-batch figure (peagle_lab.widgets)."""
+"""DraftBatchExplorer: moving a slider redraws the draft-batch figure (peagle_lab.lab.widgets)."""
 from __future__ import annotations
 
 import pytest
 
-from peagle_lab.layout import SLOT_KINDS
-from peagle_lab.widgets import DraftBatchExplorer
+from peagle_lab.lab.layout import SLOT_KINDS
+from peagle_lab.lab.widgets import DraftBatchExplorer
 
 PAD = SLOT_KINDS.index("padding")
 
@@ -73,8 +73,8 @@ def test_bad_initial_values(k, accepted):
 
 
 def test_live_figure_keeps_the_latest_figure():
-    from peagle_lab.figures import acceptance_figure
-    from peagle_lab.widgets import LiveFigure
+    from peagle_lab.lab.figures import acceptance_figure
+    from peagle_lab.lab.widgets import LiveFigure
 
     live = LiveFigure(lambda ys: acceptance_figure(list(range(len(ys))), ys))
     assert live.figure is None and live.redraws == 0
@@ -85,7 +85,7 @@ def test_live_figure_keeps_the_latest_figure():
 
 def test_training_monitor_redraws_every_n_steps():
     from peagle_lab.train.loop import Callback
-    from peagle_lab.widgets import TrainingMonitor
+    from peagle_lab.lab.widgets import TrainingMonitor
 
     monitor = TrainingMonitor(every=3)
     assert isinstance(monitor, Callback)
@@ -101,8 +101,8 @@ def test_training_monitor_redraws_every_n_steps():
 
 def test_training_monitor_follows_a_real_run(tmp_path):
     from peagle_lab.train import TrainConfig, Trainer, new_drafter
-    from peagle_lab.train_walkthrough import tiny_setup
-    from peagle_lab.widgets import TrainingMonitor
+    from peagle_lab.lab.train_walkthrough import tiny_setup
+    from peagle_lab.lab.widgets import TrainingMonitor
 
     setup = tiny_setup(num_examples=48, num_heldout=8)
     monitor = TrainingMonitor(every=2)

@@ -114,7 +114,7 @@ def mask_token_id_of(d: dict) -> int | None:
 
     A speculators config carries it as the top-level ``mask_token_id`` (vLLM maps it to
     ``pard_token``); a flat config in vLLM's proposer order: ``dflash_config.mask_token_id``,
-    then :data:`MASK_TOKEN_KEYS`.
+    then ``MASK_TOKEN_KEYS``.
 
     >>> mask_token_id_of({"pard_token": 7, "ptd_token_id": 9}), mask_token_id_of({"dflash_config": {"mask_token_id": 3}})
     (7, 3)

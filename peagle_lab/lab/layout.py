@@ -25,9 +25,9 @@ import time
 
 import torch
 
-from .kernels.fill_draft_hidden import fill_draft_hidden
-from .kernels import backend as kernel_backend
-from .kernels.prepare_draft_inputs import DraftInputs, prepare_draft_inputs
+from ..kernels.fill_draft_hidden import fill_draft_hidden
+from ..kernels import backend as kernel_backend
+from ..kernels.prepare_draft_inputs import DraftInputs, prepare_draft_inputs
 
 __all__ = ["SlotRow", "SLOT_KINDS", "DecodeBatch", "describe_draft_batch", "format_draft_batch",
            "toy_decode_batch", "random_decode_batch", "compare_draft_inputs", "layout_toy_batch",

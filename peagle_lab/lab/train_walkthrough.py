@@ -20,14 +20,14 @@ from typing import Callable, NamedTuple
 
 import torch
 
-from .testing import tiny_drafter, tiny_target
-from .train import peagle as peagle_train
-from .train.cod import CODConfig, sample_elements
-from .train.partition import partition
-from .train.peagle import PEagleTrainConfig, peagle_step
-from .train.targets import collate, compute_targets
-from .train.tiny import tiny_examples
-from .train.vocab import DraftVocab, build_draft_vocab, count_tokens, draft_to_target_ids
+from ..testing import tiny_drafter, tiny_target
+from ..train import peagle as peagle_train
+from ..train.cod import CODConfig, sample_elements
+from ..train.partition import partition
+from ..train.peagle import PEagleTrainConfig, peagle_step
+from ..train.targets import collate, compute_targets
+from ..train.tiny import tiny_examples
+from ..train.vocab import DraftVocab, build_draft_vocab, count_tokens, draft_to_target_ids
 
 __all__ = ["partition_gradient_check", "partition_sizes", "tiny_setup", "TinySetup", "HeadAcceptance",
            "shipped_head_acceptance"]

@@ -23,7 +23,7 @@ import math
 
 import torch
 
-from .verify import verify_greedy
+from ..verify import verify_greedy
 
 __all__ = ["expected_acceptance_length", "simulate_acceptance_length", "predicted_tokens_per_second",
            "draft_row_by_hand", "num_padding_slots", "fill_draft_hidden_by_gather", "draft_batch_bytes",
@@ -235,8 +235,8 @@ def train_tiny_heads(methods=("eagle3", "peagle"), *, steps: int = 300, k: int =
     """
     import tempfile
 
-    from .train import TrainConfig, Trainer, evaluate_acceptance, new_drafter
-    from .train.evaluate import heldout_prompts
+    from ..train import TrainConfig, Trainer, evaluate_acceptance, new_drafter
+    from ..train.evaluate import heldout_prompts
     from .train_walkthrough import tiny_setup
 
     setup = tiny_setup(seed=seed)

@@ -34,10 +34,10 @@ import plotly.graph_objects as go
 import plotly.io as pio
 import torch
 
-from .engine import StepTrace
-from .kernels.prepare_draft_inputs import DraftInputs
+from ..engine import StepTrace
+from ..kernels.prepare_draft_inputs import DraftInputs
 from .layout import SLOT_KINDS, describe_draft_batch
-from .verify import VerifyResult
+from ..verify import VerifyResult
 from .walkthrough import median_step
 
 __all__ = ["figure_mime_bundle", "KIND_COLORS", "OUTCOME_COLORS", "draft_batch_figure", "draft_batch_table", "draft_hidden_figure",

@@ -1,4 +1,4 @@
-"""ipywidgets that compose the figures of ``peagle_lab.figures`` (the only module importing ipywidgets).
+"""ipywidgets that compose the figures of ``peagle_lab.lab.figures`` (the only module importing ipywidgets).
 
 - ``DraftBatchExplorer``: sliders for K, c and accepted counts over the draft-batch figure (notebook 2);
 - ``LiveFigure``: a figure redrawn in place from a growing result (the live sweep of notebook 5);
@@ -25,7 +25,7 @@ from IPython.display import Markdown, display
 
 from .figures import draft_batch_figure, figure_mime_bundle, training_curves_figure
 from .layout import layout_toy_batch
-from .train.loop import Callback
+from ..train.loop import Callback
 
 __all__ = ["DraftBatchExplorer", "LiveFigure", "TrainingMonitor"]
 

@@ -21,13 +21,13 @@ from dataclasses import dataclass
 
 import torch
 
-from . import step
-from .config import SpecConfig
-from .drafter import Drafter
-from .drafting import DraftResult
-from .engine import SpecDecoder, StepTrace
-from .models.llama import KVCache, LlamaModel
-from .verify import VerifyResult, verify_greedy
+from .. import step
+from ..config import SpecConfig
+from ..drafter import Drafter
+from ..drafting import DraftResult
+from ..engine import SpecDecoder, StepTrace
+from ..models.llama import KVCache, LlamaModel
+from ..verify import VerifyResult, verify_greedy
 
 __all__ = ["Prefill", "OneStep", "prefill", "one_step", "oracle_drafts", "median_step"]
 

@@ -1,0 +1,13 @@
+"""The teaching code: what the notebooks, the workshop and the figures use, beside the library.
+
+| module              | what it holds                                                        |
+| ------------------- | -------------------------------------------------------------------- |
+| ``layout``          | the draft batch laid out by hand, toy batches, kernel parity, timing |
+| ``walkthrough``     | one decode step taken apart with :mod:`peagle_lab.step`               |
+| ``train_walkthrough`` | the small training experiments of notebooks 3 and 6                |
+| ``exercises``       | the workshop exercises' solutions                                    |
+| ``figures``         | plotly figures, each a pure function of a result object              |
+| ``widgets``         | ipywidgets built from those figures                                  |
+
+Nothing in the library imports this package; ``import-linter`` keeps it that way.
+"""
