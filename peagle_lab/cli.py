@@ -1,7 +1,9 @@
-"""``peagle-lab`` command line: demo, fetch, bench, train-data, train, train-eval, train-bench, export, vllm-bench."""
+"""``peagle-lab`` command line: demo, fetch, bench, soak, report, depth, train-data, train, train-eval, train-bench,
+train-report, export, vllm-bench."""
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 import time
 
@@ -103,10 +105,26 @@ def _optional_commands(sub) -> None:
     v = sub.add_parser("vllm-bench", help="benchmark vLLM on our workloads")
     vllm_bench.add_arguments(v)
     v.set_defaults(fn=vllm_bench.run)
+    for name, module, text in PASSTHROUGH:
+        t = sub.add_parser(name, help=f"{text} ({module}; --help lists its flags)", add_help=False)
+        t.set_defaults(fn=lambda a, m=module: importlib.import_module(m).main(a.passthrough), passthrough=[])
+
+
+# Tools with a command line of their own, mounted as subcommands that pass every argument on.
+PASSTHROUGH = (
+    ("soak", "peagle_lab.bench.soak", "many requests in waves: memory and throughput per wave"),
+    ("report", "peagle_lab.bench.report", "the HTML report, headline table and goals of a bench.json"),
+    ("depth", "peagle_lab.bench.depth", "rank P-EAGLE heads of several depths by measured throughput"),
+    ("train-report", "peagle_lab.train.report", "results.json of a training session (goals, curves)"),
+)
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, rest = parser.parse_known_args(argv)
+    if rest and args.command not in {name for name, _, _ in PASSTHROUGH}:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    args.passthrough = rest  # a mounted tool parses its own flags
     try:
         return args.fn(args)
     except (ValueError, RuntimeError, OSError) as e:

@@ -6,6 +6,8 @@ import sys
 import tomllib
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -42,3 +44,22 @@ def test_cli_bad_input_is_one_clear_line():
     assert out.returncode == 2
     assert "error: /no/such/model: no such model file or folder" in out.stderr
     assert "Traceback" not in out.stderr
+
+
+@pytest.mark.parametrize("command, prog", [("soak", "scripts/soak.py"), ("report", "peagle_lab.bench.report"),
+                                           ("depth", "peagle_lab.bench.depth"),
+                                           ("train-report", "peagle_lab.train.report")])
+def test_every_tool_is_a_subcommand_that_passes_its_flags_on(command, prog, capsys):
+    from peagle_lab.cli import main
+
+    with pytest.raises(SystemExit) as e:
+        main([command, "--help"])
+    assert e.value.code == 0 and prog in capsys.readouterr().out
+
+
+def test_unknown_flags_of_a_regular_command_are_refused(capsys):
+    from peagle_lab.cli import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["demo", "--bogus"])
+    assert e.value.code == 2 and "unrecognized arguments: --bogus" in capsys.readouterr().err
