@@ -342,9 +342,9 @@ class SpecDecoder:
             trace.append((len(trace), m0, m1, marks, tuple(accepted_now), forwards))
         if dev.type == "cuda":
             torch.cuda.synchronize()
+        decode_s = time.perf_counter() - t1
         outs = [step.trim(o, eos, max_new) for o in outputs]
-        metrics = counts.metrics(cfg.method, c, len(trace), sum(len(o) for o in outs), prefill_s,
-                                 time.perf_counter() - t1)
+        metrics = counts.metrics(cfg.method, c, len(trace), sum(len(o) for o in outs), prefill_s, decode_s)
         return GenerationResult(outs, metrics, [_step_trace(timer, *t) for t in trace])
 
     def _check_request(self, prompts, max_new_tokens, eos_token_ids) -> tuple[int, set[int], int]:
