@@ -13,7 +13,7 @@ done
 grep -v "^\s*$" /tmp/pipeline.log | grep -v "Warning\|warn" | tail -40
 if ! [ -f /tmp/pipeline.rc ]; then  # still running: the logs so far (done: they are in the archive)
   cp /tmp/pipeline.log "$OUT/pipeline.log" 2>/dev/null
-  for f in /tmp/peagle_train/train-eagle3.log /tmp/peagle_train/train-peagle.log; do
+  for f in /tmp/peagle_train/train-*.log; do  # one per run, named after RUNS (e.g. train-peagle-4l.log)
     [ -f "$f" ] && tail -c 200000 "$f" > "$OUT/$(basename "$f")"
   done
 else

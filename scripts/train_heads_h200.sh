@@ -8,6 +8,7 @@
 #   4 eval     acceptance per K and per position with the real engine: held-out prompts, and the
 #              chat / code benchmark workloads that no training saw; heads exported in bf16
 #   5 package  results.json (goals, curves, throughput), heads + logs → $OUT/heads.tgz.part-N (≤ 15 MiB)
+#   6 depth    (DEPTH=1) scripts/depth_bench_h200.sh ranks the exported P-EAGLE depths by measured TPS
 #
 # Needs $OUT and the converted model ($PEAGLE_LAB_CACHE/models/SmolLM2-135M-Instruct; see
 # scripts/stage_h200.sh). Knobs (environment): PYTHON, WORK, SEED, DATA_TOKENS (40000000),

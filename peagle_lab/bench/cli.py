@@ -22,8 +22,6 @@ import time
 from dataclasses import fields
 from pathlib import Path
 
-import torch
-
 from ..config import METHODS
 from ..devices import DTYPES, resolve_device, resolve_dtype
 from .schema import write_csv, write_json

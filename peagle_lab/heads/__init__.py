@@ -7,8 +7,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import torch
-
 HEADS_DIR = Path(__file__).parent
 
 

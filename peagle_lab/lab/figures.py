@@ -520,9 +520,9 @@ def k_scaling_figure(bench: Mapping, workload: str = "chat", concurrencies: Sequ
             fig.add_hline(y=plain[0], line=dict(color=METHOD_COLORS["baseline"], dash="dash"),
                           annotation_text="plain decoding", row=1, col=col)
         fig.update_xaxes(title="K (draft tokens per step)", dtick=1, row=2, col=col)
-    fig.update_yaxes(title="output tokens/s", rangemode="tozero", row=1, col=1)
-    fig.update_yaxes(title="drafting ms per step", rangemode="tozero", row=2, col=1)
     fig.update_yaxes(rangemode="tozero")
+    fig.update_yaxes(title="output tokens/s", row=1, col=1)
+    fig.update_yaxes(title="drafting ms per step", row=2, col=1)
     device = (bench.get("run_info") or {}).get("device", "")
     fig.update_layout(title=f"K scaling on {device or 'the device'}: throughput and drafting time", height=560)
     return fig

@@ -13,9 +13,7 @@ import shlex
 import sys
 from pathlib import Path
 
-import torch
-
-from ..devices import resolve_device
+from ..devices import DTYPES, resolve_device, resolve_dtype
 
 
 def reports_errors(run):
@@ -30,23 +28,17 @@ def reports_errors(run):
     return wrapper
 
 
-def _dtype(name: str, device: torch.device) -> torch.dtype:
-    if name == "auto":
-        return torch.bfloat16 if device.type == "cuda" else torch.float32
-    return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]
-
-
 def load_target(args) -> tuple[object, object, str]:
     """``(target, tokenizer or None, name)`` for ``--tiny`` / ``--model`` / the default SmolLM2."""
     device = resolve_device(args.device)
     if getattr(args, "tiny", False):
         from ..testing import tiny_target
 
-        model = tiny_target(seed=0).to(device=device, dtype=_dtype(args.dtype, device))
+        model = tiny_target(seed=0).to(device=device, dtype=resolve_dtype(args.dtype, device))
         return model, None, "tiny random target (peagle_lab.testing.tiny_target)"
     from ..zoo import DEFAULT, load_model
 
-    model, tok = load_model(args.model, _dtype(args.dtype, device), device, quiet=False)
+    model, tok = load_model(args.model, resolve_dtype(args.dtype, device), device, quiet=False)
     return model.eval(), tok, Path(args.model).name if args.model else DEFAULT.name
 
 
@@ -62,7 +54,7 @@ def command_line(args=None) -> str:
 def common_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default=None, help="target HF folder or GGUF (default: the embedded SmolLM2)")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
-    p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"],
+    p.add_argument("--dtype", default="auto", choices=["auto", *DTYPES],
                    help="target dtype (auto: bfloat16 on CUDA, float32 on CPU)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-progress", action="store_true", help="no tqdm bars (logs only)")
