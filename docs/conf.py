@@ -1,6 +1,6 @@
 """Sphinx configuration: Markdown pages (myst-parser) and an API reference from the docstrings.
 
-Built by ``bash scripts/build_docs.sh`` (``sphinx-build -W --keep-going -n``): offline (no
+Built by ``bash scripts/dev/build_docs.sh`` (``sphinx-build -W --keep-going -n``): offline (no
 intersphinx), warning-free, and autodoc imports ``peagle_lab`` without loading any model.
 
 The API reference: ``api.md`` lists the modules in ``api-modules`` directives; each becomes a

@@ -16,7 +16,7 @@ stage() {  # stage NAME COMMAND...: run, time, and stop at the first failure
 }
 stage setup bash scripts/setup.sh
 # Debian's Chromium for tests/browser (JupyterLab + Playwright); a no-op when already installed.
-stage browser-setup bash scripts/install_browser.sh
+stage browser-setup bash scripts/dev/install_browser.sh
 # The layering (contracts in pyproject.toml, [tool.importlinter]): no module imports from a layer above it.
 stage import-layers .venv/bin/lint-imports --no-cache
 stage unit-tests .venv/bin/python -m pytest -q -p no:cacheprovider
@@ -24,7 +24,7 @@ stage unit-tests .venv/bin/python -m pytest -q -p no:cacheprovider
 stage notebooks env OMP_NUM_THREADS=1 .venv/bin/python -m pytest -q -p no:cacheprovider \
   --nbval-lax notebooks/
 # The documentation site (Sphinx, warnings are errors) with the API reference.
-stage docs bash scripts/build_docs.sh
+stage docs bash scripts/dev/build_docs.sh
 # The shipped heads against a real vLLM (CPU build, its own venv): see .ci/vllm_step.sh.
 stage vllm bash .ci/vllm_step.sh
 if compgen -G "ci-artifacts/*" >/dev/null; then

@@ -5,9 +5,9 @@ import os
 
 import torch
 
-# Without a GPU, every Triton kernel runs under Triton's interpreter, so the whole CPU suite
-# (engine included) exercises the kernels, not only their PyTorch references. It must be set
-# before triton is first imported, hence here, at collection start.
+# Without a GPU, backend="triton" runs Triton's interpreter (peagle_lab.kernels.backend turns
+# it on when it imports Triton); set here too, at collection start, in case a test module
+# imports triton before peagle_lab.
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 

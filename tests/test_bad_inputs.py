@@ -139,7 +139,7 @@ def _call_keywords(tree: ast.AST, func: str):
 
 def test_package_never_unpickles_or_trusts_remote_code():
     """Every torch.load passes weights_only=True; no trust_remote_code=True; no pickle.load."""
-    files = sorted(PACKAGE.rglob("*.py")) + sorted((PACKAGE.parent / "scripts").glob("*.py"))
+    files = sorted(PACKAGE.rglob("*.py")) + sorted((PACKAGE.parent / "scripts").rglob("*.py"))
     assert len(files) > 20
     for f in files:
         tree = ast.parse(f.read_text(), str(f))

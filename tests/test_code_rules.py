@@ -9,7 +9,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _function_lengths():
-    spec = importlib.util.spec_from_file_location("function_lengths", ROOT / "scripts" / "function_lengths.py")
+    spec = importlib.util.spec_from_file_location("function_lengths", ROOT / "scripts" / "dev" / "function_lengths.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

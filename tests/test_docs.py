@@ -1,4 +1,4 @@
-"""The documentation site's structure, without building it (scripts/build_docs.sh builds it).
+"""The documentation site's structure, without building it (scripts/dev/build_docs.sh builds it).
 
 Every module of the package has a page in the API reference, every Markdown page under docs/ is
 in the landing page's toctree, and the docstring translations in docs/conf.py do what they say.

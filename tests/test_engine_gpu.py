@@ -1,6 +1,6 @@
 """The engine on CUDA: CUDA graphs, Triton kernels, bf16; float32 stays exactly lossless.
 
-Run on the H200 by scripts/gpu_tests.sh; skipped without CUDA (the CPU twins are in
+Run on the H200 by scripts/gpu/gpu_tests.sh; skipped without CUDA (the CPU twins are in
 tests/test_engine.py).
 """
 from __future__ import annotations

@@ -31,9 +31,35 @@ def test_triton_refuses_a_device_it_cannot_run_on():
 
 
 @needs_interpreter
-def test_auto_runs_the_interpreted_kernels_on_a_cpu():
-    assert backend.resolve("auto", "cpu") == backend.resolve("triton", "cpu") == "triton"
+def test_auto_is_the_reference_on_a_cpu_and_triton_the_interpreter():
+    assert backend.resolve("auto", "cpu") == "torch"  # the interpreter checks bits; it is not fast
+    assert backend.resolve("triton", "cpu") == "triton"
     assert backend.runs_here("cpu")
+
+
+@pytest.mark.skipif(backend.triton is None, reason="Triton is not installed here")
+@pytest.mark.parametrize("preset, interpreting", [(None, True), ("0", False), ("1", True)])
+def test_a_gpu_less_process_gets_the_interpreter_without_a_preamble(preset, interpreting):
+    """A fresh process with no CUDA device and no TRITON_INTERPRET: importing peagle_lab is enough."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["CUDA_VISIBLE_DEVICES"] = ""
+    if preset is not None:
+        env["TRITON_INTERPRET"] = preset
+    code = ("from peagle_lab.kernels import backend, prepare_draft_inputs as pdi; import torch\n"
+            "print(backend.interpreted(), backend.runs_here('cpu'))\n"
+            "if backend.interpreted():\n"
+            "    args = (torch.tensor([[5, 6, 7]]), torch.tensor([[0, 1, 2]]), torch.tensor([1]), torch.tensor([8]))\n"
+            "    kw = dict(num_speculative_tokens=2, mask_token_id=9, max_len=16)\n"
+            "    out, ref = pdi.prepare_draft_inputs(*args, **kw, backend='triton'), pdi.prepare_draft_inputs_ref(*args, **kw)\n"
+            "    print(out.input_ids.tolist() == ref.input_ids.tolist(), out.input_ids.tolist())\n")
+    got = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout.split("\n")
+    assert got[0] == f"{interpreting} {interpreting}"
+    if interpreting:
+        assert got[1].startswith("True [6, 8, 9")
 
 
 @needs_interpreter

@@ -284,11 +284,11 @@ def test_triton_on_cpu_without_interpreter_raises(monkeypatch):
     from peagle_lab.kernels import backend
 
     monkeypatch.setattr(backend, "interpreted", lambda: False)  # Triton imported for CUDA
-    with pytest.raises(ValueError, match="tensors on cpu: expected CUDA tensors, or CPU tensors with TRITON_INTERPRET=1"):
+    with pytest.raises(ValueError, match="tensors on cpu: expected CUDA tensors, or CPU tensors with Triton's interpreter on"):
         prepare_draft_inputs(**_good(), backend="triton")
 
 
-def test_auto_without_cuda_or_interpreter_is_the_reference(monkeypatch):
+def test_auto_on_a_cpu_is_the_reference(monkeypatch):
     from peagle_lab.kernels import backend
 
     monkeypatch.setattr(backend, "interpreted", lambda: False)

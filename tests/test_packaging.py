@@ -46,7 +46,7 @@ def test_cli_bad_input_is_one_clear_line():
     assert "Traceback" not in out.stderr
 
 
-@pytest.mark.parametrize("command, prog", [("soak", "scripts/soak.py"), ("report", "peagle_lab.bench.report"),
+@pytest.mark.parametrize("command, prog", [("soak", "scripts/bench/soak.py"), ("report", "peagle_lab.bench.report"),
                                            ("depth", "peagle_lab.bench.depth"),
                                            ("train-report", "peagle_lab.train.report")])
 def test_every_tool_is_a_subcommand_that_passes_its_flags_on(command, prog, capsys):

@@ -1,6 +1,6 @@
 """``peagle-lab bench``: the throughput sweep from the command line.
 
-Also runnable as ``python -m peagle_lab.bench.cli`` (what scripts/bench_h200.sh does).
+Also runnable as ``python -m peagle_lab.bench.cli`` (what scripts/gpu/bench_h200.sh does).
 Three presets set the defaults, and every explicit flag overrides them:
 
 * full (no flag): the issue-6 sweep — K ∈ {3,5,7} everywhere plus 1,2,4,6,8 at c ∈ {1,64},

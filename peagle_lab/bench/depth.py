@@ -6,7 +6,7 @@ depth (the same cells, each head in its own run), :func:`choose_depth` takes P-E
 TPS in every (workload, temperature, concurrency) column the runs share, and ranks depths by
 the geometric mean over those columns (each column weighs the same, whatever its scale).
 
-Command line (what ``scripts/depth_bench_h200.sh`` runs)::
+Command line (what ``scripts/gpu/depth_bench_h200.sh`` runs)::
 
     python -m peagle_lab.bench.depth 1=runs/d1/bench.json 2=runs/d2/bench.json --out depth_choice.json
 """

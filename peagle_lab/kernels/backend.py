@@ -5,19 +5,26 @@ at each call, for the device its tensors are on:
 
 - ``"torch"``: the PyTorch reference, on any device.
 - ``"triton"``: the Triton kernel: compiled for CUDA tensors; for CPU tensors, Triton's
-  interpreter, which needs ``TRITON_INTERPRET=1`` set before anything imports ``triton``.
-- ``"auto"``: Triton wherever it can run (CUDA tensors, or CPU tensors under the
-  interpreter, as in the CPU CI), else the reference.
+  interpreter (each program run in Python: for checking bits, not for speed).
+- ``"auto"``: compiled Triton for CUDA tensors, the reference for CPU tensors.
 
-Why the interpreter is chosen once per process: ``triton.language`` defines some of its own
-functions (``tl.zeros``, ``tl.max``, …) with ``@triton.jit`` when Triton is imported, compiled
-or interpreted by ``TRITON_INTERPRET`` at that moment, and Triton asserts that the mode stays
-the same afterwards. So a notebook that wants the kernels on a CPU sets the variable in its
-first cell, before importing ``peagle_lab``.
+The interpreter is a per-process choice: ``triton.language`` defines some of its own
+functions (``tl.zeros``, ``tl.max``, …) with ``@triton.jit`` when Triton is imported,
+compiled or interpreted by ``TRITON_INTERPRET`` at that moment, and Triton asserts that the
+mode stays the same afterwards. So this module makes the choice when it imports Triton: on a
+machine without a CUDA device, where compiled Triton cannot run at all, it turns the
+interpreter on (unless ``TRITON_INTERPRET`` is already set, or something imported Triton
+first). Notebooks and scripts need no environment preamble; ``TRITON_INTERPRET=0`` opts out.
 """
 from __future__ import annotations
 
+import os
+import sys
+
 import torch
+
+if "triton" not in sys.modules and "TRITON_INTERPRET" not in os.environ and not torch.cuda.is_available():
+    os.environ["TRITON_INTERPRET"] = "1"
 
 try:
     import triton
@@ -30,7 +37,7 @@ __all__ = ["BACKENDS", "interpreted", "resolve", "runs_here", "triton"]
 
 
 def interpreted() -> bool:
-    """Whether Triton runs in its interpreter in this process (``TRITON_INTERPRET=1`` at import)."""
+    """Whether Triton runs in its interpreter in this process (decided when Triton was imported)."""
     if triton is None:
         return False
     import triton.language as tl
@@ -53,15 +60,16 @@ def resolve(backend: str, device: torch.device | str) -> str:
     device = torch.device(device)
     if backend == "torch":
         return "torch"
-    runnable = triton is not None and (device.type == "cuda" or (device.type == "cpu" and interpreted()))
     if backend == "auto":
-        return "triton" if runnable else "torch"
+        return "triton" if triton is not None and device.type == "cuda" else "torch"
+    runnable = triton is not None and (device.type == "cuda" or (device.type == "cpu" and interpreted()))
     if triton is None:
         raise ValueError("backend='triton' needs the triton package, which is not installed here "
                          "(Triton ships Linux wheels only); use backend='torch'")
     if not runnable:
         raise ValueError(f"backend='triton' with tensors on {device}: expected CUDA tensors, or CPU tensors "
-                         "with TRITON_INTERPRET=1 set before anything imports triton (Triton's interpreter)")
+                         "with Triton's interpreter on (TRITON_INTERPRET=1 when Triton was imported; "
+                         "peagle_lab turns it on by itself on machines without a CUDA device)")
     return "triton"
 
 

@@ -157,8 +157,8 @@ def fill_draft_hidden(
 
     Args:
         hidden, hidden_mapping, is_masked, shared_hidden: as in :func:`fill_draft_hidden_ref`.
-        backend: "triton", "torch", or "auto" (Triton when the tensors are on CUDA or
-            ``TRITON_INTERPRET=1`` is set, else the reference).
+        backend: "triton", "torch", or "auto" (compiled Triton for CUDA tensors, the
+            reference for CPU tensors; see :mod:`peagle_lab.kernels.backend`).
 
     Returns:
         ``[c*R, H]`` in hidden's dtype, bit-identical between backends.

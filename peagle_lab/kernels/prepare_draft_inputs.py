@@ -120,7 +120,7 @@ def prepare_draft_inputs_ref(
 
     Vectorised over requests and slots: no Python loop over requests, no host sync, so it
     runs unchanged inside a CUDA graph. On a GPU it launches about 40 small kernels, each
-    reading and writing ``[c, R]`` tensors (``scripts/bench_kernels.py`` counts them), which
+    reading and writing ``[c, R]`` tensors (``scripts/bench/bench_kernels.py`` counts them), which
     is why the fused kernel exists.
 
     Args:
@@ -300,8 +300,8 @@ def prepare_draft_inputs(
     Args:
         token_ids, positions, num_accepted, bonus_tokens: as in :func:`prepare_draft_inputs_ref`.
         num_speculative_tokens, mask_token_id, max_len: as in :func:`prepare_draft_inputs_ref`.
-        backend: "triton", "torch", or "auto" (Triton when the tensors are on CUDA or
-            ``TRITON_INTERPRET=1`` is set, else the reference).
+        backend: "triton", "torch", or "auto" (compiled Triton for CUDA tensors, the
+            reference for CPU tensors; see :mod:`peagle_lab.kernels.backend`).
 
     Returns:
         DraftInputs, bit-identical between backends. Never synchronises the host.

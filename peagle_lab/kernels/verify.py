@@ -215,8 +215,8 @@ def verify_greedy(
     Args:
         target_logits: ``# [c, K+1, V]`` target logits, any floating dtype.
         draft_tokens: ``# [c, K]`` int64 draft token ids.
-        backend: ``"torch"`` (the reference), ``"triton"``, or ``"auto"``: Triton when
-            the tensors are on CUDA or the kernels run under ``TRITON_INTERPRET=1``.
+        backend: ``"torch"`` (the reference), ``"triton"``, or ``"auto"``: compiled
+            Triton for CUDA tensors, the reference for CPU tensors.
 
     Returns:
         A :class:`~peagle_lab.verify.VerifyResult`, equal to the reference's.

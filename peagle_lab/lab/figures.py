@@ -265,7 +265,7 @@ def kernel_benchmark_figure(results: Mapping, *, dtype: str = "bf16", mode: str 
     """Fused Triton vs PyTorch reference draft-batch construction, µs per call, per (c, K).
 
     Args:
-        results: the parsed ``kernels.json`` written by ``scripts/bench_kernels.py``.
+        results: the parsed ``kernels.json`` written by ``scripts/bench/bench_kernels.py``.
         dtype: "fp32" | "bf16". mode: "graph" (CUDA-graph replay) | "eager".
     """
     rows = [r for r in results["rows"] if r["dtype"] == dtype]
@@ -376,7 +376,7 @@ def partition_sizes_figure(sizes: Mapping[int, Mapping[str, int]], memory: Mappi
 
     Args:
         sizes: ``{S: {"largest": elements, "computed": elements}}`` (``train_walkthrough.partition_sizes``).
-        memory: a parsed ``train_memory.json`` (``scripts/bench_train_memory.py``), or None.
+        memory: a parsed ``train_memory.json`` (``scripts/bench/bench_train_memory.py``), or None.
     """
     from plotly.subplots import make_subplots
 

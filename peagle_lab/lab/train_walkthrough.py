@@ -153,7 +153,7 @@ class HeadAcceptance(NamedTuple):
 
 
 def shipped_head_acceptance(results: dict) -> dict[str, list[HeadAcceptance]]:
-    """``{head name: [HeadAcceptance per K]}`` from a training ``results.json`` (``scripts/train_heads_h200.sh``).
+    """``{head name: [HeadAcceptance per K]}`` from a training ``results.json`` (``scripts/gpu/train_heads_h200.sh``).
 
     >>> shipped_head_acceptance({"heads": {"h": {"acceptance": {"3": {"AL": 1.5, "per_position": [0.4, 0.1, 0.0]}}}}})
     {'h': [HeadAcceptance(k=3, acceptance_length=1.5, per_position_acceptance=(0.4, 0.1, 0.0))]}

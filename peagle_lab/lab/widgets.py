@@ -37,8 +37,8 @@ class DraftBatchExplorer:
         k: initial K (draft tokens per step); the toy batch has T = K + 1 tokens per request.
         accepted: initial accepted count per request (its length is the initial c).
         max_k / max_c: slider ranges.
-        backend: ``prepare_draft_inputs`` backend ("auto" runs the Triton kernel on CUDA or
-            under ``TRITON_INTERPRET=1``, else the PyTorch reference).
+        backend: ``prepare_draft_inputs`` backend ("auto" runs the Triton kernel on CUDA, the
+            PyTorch reference on a CPU; "triton" on a CPU runs Triton's interpreter).
 
     Attributes:
         widget: the ``ipywidgets.VBox`` to display.

@@ -1,6 +1,6 @@
 """``results.json`` of a training session: heads, acceptance per K and per position, curves, goals.
 
-``scripts/train_heads_h200.sh`` exports every trained head with a ``summary.json`` (training,
+``scripts/gpu/train_heads_h200.sh`` exports every trained head with a ``summary.json`` (training,
 learning curve, the engine's acceptance at each K on held-out prompts and on benchmark
 workloads). :func:`training_results` gathers them with the data card and the throughput
 benchmark into one document, and states the issue's goals next to what was measured.
@@ -105,7 +105,7 @@ def training_results(ship: Path | str, depth: list[Path] = (), depth_choice: Pat
     Args:
         ship: the packaged session folder.
         depth: summaries of a depth study (P-EAGLE heads of several depths, same budget each).
-        depth_choice: ``depth_choice.json`` of ``scripts/depth_bench_h200.sh`` (depths ranked by TPS).
+        depth_choice: ``depth_choice.json`` of ``scripts/gpu/depth_bench_h200.sh`` (depths ranked by TPS).
     """
     ship = Path(ship)
     heads = {p.parent.name: head_entry(json.loads(p.read_text())) for p in sorted(ship.glob("heads/*/summary.json"))}
@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("ship", help="folder with heads/*/summary.json (and data/card.json, throughput.json)")
     p.add_argument("--out", required=True)
     p.add_argument("--depth", nargs="*", default=[], help="summary.json files of a depth study")
-    p.add_argument("--depth-choice", default=None, help="depth_choice.json of scripts/depth_bench_h200.sh")
+    p.add_argument("--depth-choice", default=None, help="depth_choice.json of scripts/gpu/depth_bench_h200.sh")
     args = p.parse_args(argv)
     from ..models.checkpoints import write_json
 

@@ -1,7 +1,7 @@
 """A headless JupyterLab server and Debian's Chromium (through Playwright) for the browser test.
 
 The test never skips silently: without Chromium or Playwright it fails and says how to install
-them (``bash scripts/install_browser.sh``; Playwright comes with the notebook extra). Set
+them (``bash scripts/dev/install_browser.sh``; Playwright comes with the notebook extra). Set
 ``PEAGLE_LAB_SKIP_BROWSER=1`` to skip it on purpose on a machine that cannot run a browser.
 """
 from __future__ import annotations
@@ -53,7 +53,7 @@ def require_browser() -> None:
     if os.environ.get("PEAGLE_LAB_SKIP_BROWSER") == "1":
         pytest.skip("PEAGLE_LAB_SKIP_BROWSER=1: browser test skipped on purpose")
     if not os.access(CHROMIUM, os.X_OK):
-        pytest.fail(f"{CHROMIUM} not found: run `bash scripts/install_browser.sh` "
+        pytest.fail(f"{CHROMIUM} not found: run `bash scripts/dev/install_browser.sh` "
                     "(or set PEAGLE_LAB_SKIP_BROWSER=1 to skip this test on purpose)", pytrace=False)
     try:
         import playwright.sync_api  # noqa: F401

@@ -1,6 +1,6 @@
 """List functions in peagle_lab/ longer than a limit (lines of code: no docstring, blank or comment lines).
 
-    python scripts/function_lengths.py [--limit 60]     # exits 1 if any function is longer
+    python scripts/dev/function_lengths.py [--limit 60]     # exits 1 if any function is longer
 """
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import ast
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent / "peagle_lab"
+ROOT = Path(__file__).resolve().parents[2] / "peagle_lab"
 
 
 def code_lines(node: ast.AST, lines: list[str]) -> int:

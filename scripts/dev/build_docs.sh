@@ -5,7 +5,7 @@
 # Always a clean build: an incremental one would not repeat the warnings of unchanged pages.
 # Needs the docs extra: pip install -e ".[docs]" (scripts/setup.sh installs it).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 PY=${PYTHON:-.venv/bin/python}
 OUT=${DOCS_BUILD_DIR:-docs/_build}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}

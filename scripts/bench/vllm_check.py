@@ -1,6 +1,6 @@
 """CI parity check against a real vLLM: export SmolLM2 + heads, run both engines, judge (a)–(d).
 
-    python scripts/vllm_check.py --vllm-python /path/to/vllm-venv/bin/python \
+    python scripts/bench/vllm_check.py --vllm-python /path/to/vllm-venv/bin/python \
         [--eagle3 DIR] [--peagle DIR] [--ks 3 7] [--num-prompts 8] [--max-new-tokens 32] [--out DIR]
 
 Heads default to the shipped ones (peagle_lab/heads/eagle3, peagle_lab/heads/peagle); a

@@ -2,10 +2,10 @@
 
 Each figure comes from ``peagle_lab.lab.figures`` on the worked examples of the notebooks, or on
 committed results; it is written to HTML with plotly.js inlined and photographed by Debian's
-Chromium through Playwright (the browser test's set-up: ``bash scripts/install_browser.sh``).
+Chromium through Playwright (the browser test's set-up: ``bash scripts/dev/install_browser.sh``).
 
 Usage (from the repository root):
-    .venv/bin/python scripts/export_figures.py [--out docs/images]
+    .venv/bin/python scripts/dev/export_figures.py [--out docs/images]
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from peagle_lab.lab import figures
 from peagle_lab.lab.layout import layout_toy_batch
 from peagle_lab.verify import verify_greedy
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 CHROMIUM = "/usr/bin/chromium"
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync"]

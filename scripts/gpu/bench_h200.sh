@@ -5,7 +5,7 @@
 # (compiled) at c=1 on chat and code as the outside reference.
 #
 # Usage (repository root on the GPU machine, no network):
-#   PEAGLE_LAB_CACHE=/path/with/models/SmolLM2-135M-Instruct  bash scripts/bench_h200.sh [extra bench flags]
+#   PEAGLE_LAB_CACHE=/path/with/models/SmolLM2-135M-Instruct  bash scripts/gpu/bench_h200.sh [extra bench flags]
 # Writes into ${OUT:-docs/results/h200}: bench.json, bench.csv, bench.log. Build the HTML report where
 # plotly is installed:  python -m peagle_lab.bench.report docs/results/h200/bench.json
 #
@@ -26,7 +26,7 @@
 # the sweep, reference included) keeps the job near 8 minutes: cells still waiting then are skipped
 # and listed in bench.json; the extra K values run last, so they go first.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 out=${OUT:-docs/results/h200}
 mkdir -p "$out"
 PY=${PYTHON:-python3}

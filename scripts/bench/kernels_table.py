@@ -1,6 +1,6 @@
 """Print the kernel microbenchmark JSON as the Markdown table used in docs/kernels.md.
 
-Usage: python scripts/kernels_table.py [docs/results/h200/kernels.json]
+Usage: python scripts/bench/kernels_table.py [docs/results/h200/kernels.json]
 """
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 Not a benchmark of speculation (random heads accept ~nothing): it measures what one decode
 step of each method costs (verify / prep / draft milliseconds) so regressions show early.
-Usage: python scripts/smoke_engine_gpu.py [--out FILE.json]
+Usage: python scripts/gpu/smoke_engine_gpu.py [--out FILE.json]
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Follow a training session that runs in the background on the GPU machine across several calls:
-#   setsid nohup bash -c 'bash scripts/train_heads_h200.sh; echo $? > /tmp/pipeline.rc' > /tmp/pipeline.log 2>&1 &
-#   bash scripts/h200_wait.sh 560     # in this call and the next ones, until it reports done
+#   setsid nohup bash -c 'bash scripts/gpu/train_heads_h200.sh; echo $? > /tmp/pipeline.rc' > /tmp/pipeline.log 2>&1 &
+#   bash scripts/gpu/h200_wait.sh 560     # in this call and the next ones, until it reports done
 # Prints new "###" and progress lines every 20 s for up to SECONDS, then the log's tail; once the
 # session is done, copies its outputs (/tmp/pipeline_out) into $OUT.
 LIMIT=${1:-560}

@@ -2,7 +2,7 @@
 # Run the GPU test suite (pytest -m gpu: CUDA graphs, compiled Triton kernels, bf16 engine)
 # and write a summary JSON (passed/failed, device, versions, commit) to ${1:-docs/results/h200}.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 out=${1:-docs/results/h200}
 mkdir -p "$out"
 PY=${PYTHON:-python3}
@@ -19,7 +19,7 @@ from peagle_lab.provenance import run_info
 out, rc = sys.argv[1], int(sys.argv[2])
 suite = ET.parse(f"{out}/gpu_junit.xml").getroot()
 s = suite if suite.tag == "testsuite" else suite.find("testsuite")
-summary = {**run_info("bash scripts/gpu_tests.sh"), "exit_code": rc, "tests": int(s.get("tests")), "failures": int(s.get("failures")), "errors": int(s.get("errors")),
+summary = {**run_info("bash scripts/gpu/gpu_tests.sh"), "exit_code": rc, "tests": int(s.get("tests")), "failures": int(s.get("failures")), "errors": int(s.get("errors")),
            "skipped": int(s.get("skipped"))}
 summary["passed"] = summary["tests"] - summary["failures"] - summary["errors"] - summary["skipped"]
 json.dump(summary, open(f"{out}/gpu_suite.json", "w"), indent=2)

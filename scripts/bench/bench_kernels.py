@@ -9,7 +9,7 @@ at these sizes host-side launch cost dominates it, as in a notebook) and graph r
 Kernel launches are counted from one profiled call (CUDA kernel events of torch.profiler).
 
 Usage (from the repository root, with peagle_lab importable, e.g. ``pip install -e .``):
-    PYTHONPATH=. python scripts/bench_kernels.py [--out docs/results/h200/kernels.json]
+    PYTHONPATH=. python scripts/bench/bench_kernels.py [--out docs/results/h200/kernels.json]
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ import torch
 
 from peagle_lab.provenance import run_info
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 H = 576  # SmolLM2-135M hidden size
 CONCURRENCY = (1, 8, 64)
 NUM_SPECULATIVE_TOKENS = (3, 7)

@@ -10,8 +10,8 @@ The drafter is SmolLM2-shaped (H = 576, 9 heads / 3 KV heads, a draft vocabulary
 with random weights; the target is replaced by random taps and logits of the right shapes,
 because its cost is the same whatever S is and only the drafter's activations depend on S.
 
-    python scripts/bench_train_memory.py --out train_memory.json            # H200: 8192 tokens, 8 depths
-    python scripts/bench_train_memory.py --device cpu --seq-len 256 --out x.json   # a smoke run (no memory)
+    python scripts/bench/bench_train_memory.py --out train_memory.json            # H200: 8192 tokens, 8 depths
+    python scripts/bench/bench_train_memory.py --device cpu --seq-len 256 --out x.json   # a smoke run (no memory)
 """
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run from a checkout without installing
 
 from peagle_lab.config import DrafterConfig  # noqa: E402
 from peagle_lab.drafter import Drafter  # noqa: E402

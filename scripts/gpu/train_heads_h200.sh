@@ -8,20 +8,20 @@
 #   4 eval     acceptance per K and per position with the real engine: held-out prompts, and the
 #              chat / code benchmark workloads that no training saw; heads exported in bf16
 #   5 package  results.json (goals, curves, throughput), heads + logs → $OUT/heads.tgz.part-N (≤ 15 MiB)
-#   6 depth    (DEPTH=1) scripts/depth_bench_h200.sh ranks the exported P-EAGLE depths by measured TPS
+#   6 depth    (DEPTH=1) scripts/gpu/depth_bench_h200.sh ranks the exported P-EAGLE depths by measured TPS
 #
 # Needs $OUT and the converted model ($PEAGLE_LAB_CACHE/models/SmolLM2-135M-Instruct; see
-# scripts/stage_h200.sh). Knobs (environment): PYTHON, WORK, SEED, DATA_TOKENS (40000000),
+# scripts/gpu/stage_h200.sh). Knobs (environment): PYTHON, WORK, SEED, DATA_TOKENS (40000000),
 # DATA_BUDGET_S (220), TRAIN_BUDGET_S (450, per run), NUM_MAGPIE (48000), ROW_LEN (2048), BATCH (16 rows a
 # GPU), LR (1e-3), RUNS ("METHOD:LAYERS[:WARM_START_HEAD] ...", e.g. "eagle3:1:peagle_lab/heads/eagle3 peagle:4
 # peagle:2"; PEAGLE_LAYERS / INIT_EAGLE3 / INIT_PEAGLE shape the default), EVAL_KS, SKIP_BENCH=1, SKIP_DATA=1,
 # EVAL_HEADS ("NAME=HEAD_DIR ...": heads trained before, e.g. the shipped ones, evaluated beside the new runs on
-# the same prompts; their weights stay out of the archive), DEPTH=1 (then scripts/depth_bench_h200.sh ranks
+# the same prompts; their weights stay out of the archive), DEPTH=1 (then scripts/gpu/depth_bench_h200.sh ranks
 # every exported peagle-<N>l head by throughput; its files land in $OUT too).
 # SMOKE=1 DEVICE=cpu runs every stage on the tiny random target in a few minutes (checks this script).
 # Reassemble:  cat heads.tgz.part-* | tar -xzf -
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 REPO=$PWD
 PY=${PYTHON:-python3}
 OUT=${OUT:?set OUT to the output folder}
@@ -37,7 +37,7 @@ if [ "${SMOKE:-0}" = 1 ]; then
 else
   CACHE=${PEAGLE_LAB_CACHE:?set PEAGLE_LAB_CACHE (the converted model lives in \$PEAGLE_LAB_CACHE/models)}
   MODEL=${MODEL:-$CACHE/models/SmolLM2-135M-Instruct}
-  [ -f "$MODEL/config.json" ] || { echo "no model folder at $MODEL (source scripts/stage_h200.sh first)"; exit 2; }
+  [ -f "$MODEL/config.json" ] || { echo "no model folder at $MODEL (source scripts/gpu/stage_h200.sh first)"; exit 2; }
   TGT=(--model "$MODEL"); DATA=(--num-magpie ${NUM_MAGPIE:-48000} --max-code-prompts 4096 --max-math-prompts 8000
                                --max-writing-prompts 8000 --response-max-tokens 320 --concurrency 1024
                                --heldout-fraction 0.01)
@@ -175,7 +175,7 @@ mark package $t
 # ---------------------------------------------------------------- 6 depth by throughput (DEPTH=1), after the heads are packaged
 if [ "${DEPTH:-0}" = 1 ]; then
   t=$SECONDS
-  KEPT="$WORK/ship/heads" WORK="$WORK" DEPTH_PACK_HEAD=0 PYTHON="$PY" bash scripts/depth_bench_h200.sh \
+  KEPT="$WORK/ship/heads" WORK="$WORK" DEPTH_PACK_HEAD=0 PYTHON="$PY" bash scripts/gpu/depth_bench_h200.sh \
     || echo "depth benchmark failed (the heads are packaged all the same)"
   mark depth $t
 fi
