@@ -35,6 +35,8 @@ class SpecConfig:
     seed: int = 0  # the sampling generator's seed (temperature > 0)
     kernel_backend: str = "auto"  # draft-input kernels: Triton on CUDA, PyTorch on CPU
     cuda_graphs: bool = True  # capture target and drafter forwards per shape on CUDA
+    # torch.compile the decode-step forwards (target and drafter): "auto" (on CUDA), "on" or "off"
+    compile: str = "auto"
 
     def __post_init__(self) -> None:
         check_choice("method", self.method, METHODS)
@@ -47,6 +49,7 @@ class SpecConfig:
         check_choice("kernel_backend", self.kernel_backend, BACKENDS)
         if not isinstance(self.cuda_graphs, bool):
             raise ValueError(f"cuda_graphs={self.cuda_graphs!r} must be True or False")
+        check_choice("compile", self.compile, ("auto", "on", "off"))
 
     @property
     def parallel_drafting(self) -> bool:

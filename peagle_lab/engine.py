@@ -20,6 +20,7 @@ drafter forwards, timing without host syncs, and vLLM's counters.
 """
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -139,18 +140,47 @@ def _capture(fn):
     return g, out
 
 
+@functools.cache
+def compiled(fn):
+    """``fn`` under ``torch.compile`` with symbolic sizes, once per process for every engine.
+
+    Sizes are symbolic (``dynamic=True``), so one compilation serves every c, T and cache
+    size; dynamo still specialises sizes 0 and 1, so a step function compiles about four
+    times (c = 1 or more, T = 1 or more), each reused by every later engine and shape.
+    """
+    import torch._dynamo
+
+    for name in ("recompile_limit", "cache_size_limit"):  # the 0/1 specialisations of c, T, rows
+        if hasattr(torch._dynamo.config, name):
+            setattr(torch._dynamo.config, name, max(getattr(torch._dynamo.config, name), 64))
+    return torch.compile(fn, fullgraph=True, dynamic=True)
+
+
 class _Graphs:
-    """CUDA graphs captured per input shape; ``run`` copies inputs into static buffers."""
+    """CUDA graphs captured per input shape; ``run`` copies inputs into static buffers.
+
+    ``warmup_s`` adds up the wall time of first calls (compilation, warm-up and capture).
+    """
 
     def __init__(self) -> None:
         self.graphs: dict = {}
+        self.warmup_s = 0.0
+
+    def capture(self, key, make):
+        """``self.graphs[key] = make()`` once, timed into ``warmup_s``."""
+        if key not in self.graphs:
+            t0 = time.perf_counter()
+            self.graphs[key] = make()
+            torch.cuda.synchronize()
+            self.warmup_s += time.perf_counter() - t0
+        return self.graphs[key]
 
     def run(self, key, fn, *args: torch.Tensor):
-        if key not in self.graphs:
+        def make():
             static = [a.clone() for a in args]
             g, out = _capture(lambda: fn(*static))
-            self.graphs[key] = (g, static, out)
-        g, static, out = self.graphs[key]
+            return g, static, out
+        g, static, out = self.capture(key, make)
         for s_, a in zip(static, args):
             s_.copy_(a)
         g.replay()
@@ -189,6 +219,10 @@ class SpecDecoder:
         if drafter is not None:
             fuse_projections(drafter)
         self.use_graphs = config.cuda_graphs and self.device.type == "cuda"
+        self.compiled = config.compile == "on" or (config.compile == "auto" and self.device.type == "cuda")
+        # The decode-step forwards; prefill, whose width changes with every batch, stays eager.
+        self._target_step = compiled(step.target_step) if self.compiled else step.target_step
+        self._drafter_step = compiled(run_drafter) if self.compiled else run_drafter
         self._graphs = _Graphs()
         self._cache_t = self._cache_d = None
         # Called with every DraftResult the engine proposes (the vLLM check records drafts with it).
@@ -202,6 +236,11 @@ class SpecDecoder:
         """
         self._caches(concurrency, max_len)
 
+    @property
+    def warmup_s(self) -> float:
+        """Seconds spent compiling, warming up and capturing CUDA graphs so far (0 without graphs)."""
+        return self._graphs.warmup_s
+
     def cache_tensors(self) -> list[torch.Tensor]:
         """Every K/V tensor of the target's and the drafter's caches (none before the first use)."""
         return [t for cache in (self._cache_t, self._cache_d) if cache is not None for t in (*cache.k, *cache.v)]
@@ -210,7 +249,9 @@ class SpecDecoder:
         """KV caches reused across ``generate`` calls (so captured graphs stay valid)."""
         cur = self._cache_t
         if cur is None or c > cur.max_batch or max_len > cur.max_len:
+            spent = self._graphs.warmup_s
             self._graphs = _Graphs()  # graphs point at the old caches
+            self._graphs.warmup_s = spent
             self._cache_t = self._cache_d = None
             if self.device.type == "cuda":
                 torch.cuda.empty_cache()
@@ -222,18 +263,17 @@ class SpecDecoder:
     # ------------------------------------------------------------------ forwards
     def _target(self, ids, pos, slots, cache):
         def fn(ids, pos, slots):
-            o = self.target(ids, pos, cache=cache, slot_mapping=slots, return_taps=self.config.k > 0)
-            return o.logits, o.taps
+            return self._target_step(self.target, cache, ids, pos, slots)
         if self.use_graphs:
             return self._graphs.run(("target", tuple(ids.shape)), fn, ids, pos, slots)
         return fn(ids, pos, slots)
 
     def _drafter_forward(self, cache, ids, hidden, pos, slots, rows):
         if not self.use_graphs:
-            return run_drafter(self.drafter, cache, ids, hidden, pos, slots, rows)
+            return self._drafter_step(self.drafter, cache, ids, hidden, pos, slots, rows)
 
         def fn(ids, hidden, pos, slots, *rows):
-            return run_drafter(self.drafter, cache, ids, hidden, pos, slots, rows[0] if rows else None)
+            return self._drafter_step(self.drafter, cache, ids, hidden, pos, slots, rows[0] if rows else None)
         extra = (rows,) if rows is not None else ()
         key = ("drafter", tuple(ids.shape), None if rows is None else tuple(rows.shape))
         return self._graphs.run(key, fn, ids, hidden, pos, slots, *extra)
@@ -269,15 +309,15 @@ class SpecDecoder:
         return res, marks
 
     def _graphed_draft(self, prep, draft, args, timer):
-        key = ("draft", tuple(args[1].shape))
-        if key not in self._graphs.graphs:
+        def make():
             static = [a.clone() for a in args]
             g_prep, batch = _capture(lambda: prep(*static))
             g_prep.replay()  # captured outputs hold nothing until a replay; the draft warm-up reads them
-            plain = lambda cache, *a: run_drafter(self.drafter, cache, *a)  # noqa: E731
+            plain = lambda cache, *a: self._drafter_step(self.drafter, cache, *a)  # noqa: E731
             g_draft, res = _capture(lambda: draft(batch, plain))
-            self._graphs.graphs[key] = (g_prep, g_draft, static, res)
-        g_prep, g_draft, static, res = self._graphs.graphs[key]
+            return g_prep, g_draft, static, res
+
+        g_prep, g_draft, static, res = self._graphs.capture(("draft", tuple(args[1].shape)), make)
         for s_, a in zip(static, args):
             s_.copy_(a)
         m0 = timer.mark() if timer else None

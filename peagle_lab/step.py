@@ -27,8 +27,8 @@ from .kernels.verify import verify_greedy, verify_rejection
 from .models.llama import KVCache, LlamaModel, TargetOutput
 from .verify import VerifyResult, sample_verify_noise, target_probs_from_logits
 
-__all__ = ["pad_prompts", "kv_slots", "prefill", "sample", "prepare_draft", "draft", "verify_inputs", "verify",
-           "accept", "finished", "trim"]
+__all__ = ["pad_prompts", "kv_slots", "prefill", "sample", "prepare_draft", "draft", "verify_inputs",
+           "target_step", "verify", "accept", "finished", "trim"]
 
 
 def pad_prompts(prompts: list[list[int]], device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -56,16 +56,51 @@ def kv_slots(positions: torch.Tensor, valid: torch.Tensor, max_len: int) -> torc
     return torch.where(valid & (positions < max_len), rows * max_len + positions, torch.full_like(positions, -1))
 
 
+# Prefill runs in chunks of about this many tokens over all requests (c·width): the KV cache
+# holds the earlier chunks, so every chunk attends to the whole prompt so far, and activation
+# memory stays bounded at any c and prompt length.
+PREFILL_CHUNK_TOKENS = 32768
+
+
 def prefill(target: LlamaModel, ids: torch.Tensor, positions: torch.Tensor, lengths: torch.Tensor,
-            cache: KVCache, max_len: int, *, taps: bool = True) -> TargetOutput:
+            cache: KVCache, max_len: int, *, taps: bool = True,
+            chunk_tokens: int = PREFILL_CHUNK_TOKENS) -> TargetOutput:
     """The target over the padded prompts, writing their KV; logits at each prompt's last token.
+
+    Prompts wider than ``chunk_tokens // c`` run in chunks of that width, one after another
+    through the KV cache (as a serving engine's chunked prefill does).
 
     Returns:
         ``TargetOutput`` with ``logits`` [c, 1, V] and, when ``taps``, the taps [c, T, 3H].
     """
     slots = kv_slots(positions, positions < lengths[:, None], max_len)
-    return target(ids, positions, cache=cache, slot_mapping=slots, return_taps=taps,
-                  logits_rows=(lengths - 1)[:, None])
+    c, T = ids.shape
+    width = max(1, chunk_tokens // c)
+    if T <= width:
+        return target(ids, positions, cache=cache, slot_mapping=slots, return_taps=taps,
+                      logits_rows=(lengths - 1)[:, None])
+    hidden, tap_parts = [], []
+    for a in range(0, T, width):
+        part = slice(a, a + width)
+        out = target(ids[:, part], positions[:, part], cache=cache, slot_mapping=slots[:, part],
+                     return_logits=False, return_taps=taps)
+        hidden.append(out.hidden)
+        tap_parts.append(out.taps)
+    x = torch.cat(hidden, 1)
+    last = torch.gather(x, 1, (lengths - 1)[:, None, None].expand(-1, -1, x.shape[-1]))
+    return TargetOutput(target.lm_head(last).float(), torch.cat(tap_parts, 1) if taps else None, x)
+
+
+def target_step(target: LlamaModel, cache: KVCache, ids: torch.Tensor, positions: torch.Tensor,
+                slots: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The target over a decode batch ``[c, T]`` (its KV written): float32 logits and taps.
+
+    The engine compiles this whole function (``SpecConfig.compile``): every size it reads
+    comes from a tensor, so one compilation with symbolic sizes serves every c, T and cache.
+    The taps are always returned, so plain decoding and speculation share the compiled code.
+    """
+    out = target(ids, positions, cache=cache, slot_mapping=slots, return_taps=True)
+    return out.logits, out.taps
 
 
 def sample(logits: torch.Tensor, temperature: float, generator: torch.Generator | None = None) -> torch.Tensor:

@@ -13,7 +13,7 @@ PROMPTS = [[5, 6, 7, 8, 9], [10, 11, 12], [3, 1, 4, 1, 5, 9, 2, 6, 5]]
 
 
 def run(target, drafter, method, k=3, prompts=PROMPTS, eos_token_ids=None, **kw):
-    """Decode ``prompts``; kernels run on Triton (the interpreter on CPU) unless told otherwise."""
+    """Decode ``prompts``; draft kernels: the PyTorch reference on a CPU unless ``kernel_backend`` says otherwise."""
     cfg = SpecConfig(method=method, num_speculative_tokens=k, max_new_tokens=kw.pop("max_new_tokens", 24), **kw)
     return SpecDecoder(target, drafter, cfg).generate(prompts, eos_token_ids=eos_token_ids)
 

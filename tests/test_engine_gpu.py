@@ -42,6 +42,18 @@ def test_graphs_and_eager_agree():
     assert decode(t, d, "peagle", 5, graphs=True).tokens == decode(t, d, "peagle", 5, graphs=False).tokens
 
 
+@pytest.mark.parametrize("method", ["baseline", "eagle3", "peagle"])
+def test_compiled_and_eager_steps_agree_in_float32(method):
+    t = cuda_target()
+    d = None if method == "baseline" else tiny_drafter(t, method)
+    cfg = dict(method=method, num_speculative_tokens=4, max_new_tokens=32)
+    compiled = SpecDecoder(t, d, SpecConfig(**cfg))  # compile="auto": on, on CUDA
+    assert compiled.compiled
+    got = compiled.generate(PROMPTS).tokens
+    assert compiled.warmup_s > 0  # compilation and capture are counted, not hidden in the timing
+    assert got == SpecDecoder(t, d, SpecConfig(**cfg, compile="off")).generate(PROMPTS).tokens
+
+
 def test_triton_kernels_are_the_default_on_cuda(monkeypatch):
     import peagle_lab.kernels.prepare_draft_inputs as kp
 

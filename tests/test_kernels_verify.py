@@ -137,8 +137,8 @@ def test_backend_choice():
     with pytest.raises(ValueError, match="backend='cuda': expected 'auto', 'torch' or"):
         kv.verify_greedy(logits, drafts, backend="cuda")
     assert backend.resolve("torch", logits.device) == "torch"
-    # auto runs Triton on a CPU exactly when the kernels are interpreted
-    assert (backend.resolve("auto", logits.device) == "triton") == backend.interpreted()
+    # auto is the reference on a CPU (the interpreter checks bits, it is not fast)
+    assert backend.resolve("auto", logits.device) == "torch"
     assert_same(kv.verify_greedy(logits, drafts), kv.verify_greedy_ref(logits, drafts))
 
 

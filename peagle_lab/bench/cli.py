@@ -29,7 +29,7 @@ from .sweep import SweepConfig, run_sweep
 from .workloads import WORKLOADS, HashTokenizer
 
 PRESETS = {
-    "full": dict(max_batch_tokens=65536),
+    "full": dict(),
     "quick": dict(workloads=("chat",), concurrencies=(1, 2), ks=(3,), extra_ks=(), max_new_tokens=24, min_prompts=2,
                   reference_workloads=("chat",)),
     "tiny": dict(workloads=WORKLOADS, concurrencies=(1, 2), ks=(2,), extra_ks=(3,), extra_ks_at=(2,),
@@ -59,7 +59,7 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--temperature", type=float, help="0 = greedy (default); >0 = rejection sampling")
     p.add_argument("--stop-at-eos", action="store_true", help="stop requests at EOS (default: fixed length)")
     p.add_argument("--seed", type=int)
-    p.add_argument("--max-batch-tokens", type=int, help="skip cells with c*(prompt+new) above this (full: 65536)")
+    p.add_argument("--max-batch-tokens", type=int, help="skip cells with c*(prompt+new) above this (default: no cap)")
     p.add_argument("--time-budget-s", type=float, help="skip the cells still waiting after this many seconds")
     p.add_argument("--long-context-tokens", nargs=2, type=int, metavar=("LO", "HI"),
                    help="long-context excerpt lengths (full: 2048 7680)")
@@ -67,6 +67,8 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--reference-workloads", nargs="+", choices=WORKLOADS, help="default: chat code")
     p.add_argument("--reference-concurrency", nargs="+", type=int, metavar="C", help="default: 1")
     p.add_argument("--no-cuda-graphs", action="store_true")
+    p.add_argument("--compile", choices=["auto", "on", "off"],
+                   help="torch.compile the decode step (default auto: on CUDA)")
     p.add_argument("--kernel-backend", choices=["auto", "torch", "triton"],
                    help="draft-batch kernels (default auto: Triton on CUDA, PyTorch on CPU)")
     p.add_argument("--model", help="a HF folder or .gguf (default: the embedded SmolLM2)")

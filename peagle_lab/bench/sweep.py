@@ -53,6 +53,7 @@ class SweepConfig:
     ignore_eos: bool = True  # fixed output length (like vLLM's --ignore-eos), so cells compare
     seed: int = 0  # prompt selection and sampling
     cuda_graphs: bool = True
+    compile: str = "auto"  # torch.compile the decode step: "auto" (on CUDA), "on" or "off"
     kernel_backend: str = "auto"  # draft-batch kernels: "auto" (Triton on CUDA), "torch" or "triton"
     max_batch_tokens: int | None = None  # skip cells whose KV block c·(prompt + new) exceeds this
     long_context_tokens: tuple[int, int] = (2048, 7680)  # long-context excerpt lengths
@@ -63,6 +64,7 @@ class SweepConfig:
 
     def __post_init__(self) -> None:
         check_choice("kernel_backend", self.kernel_backend, BACKENDS)
+        check_choice("compile", self.compile, ("auto", "on", "off"))
         for name, allowed in (("methods", METHODS), ("workloads", WORKLOADS), ("reference_workloads", WORKLOADS)):
             bad = [v for v in getattr(self, name) if v not in allowed]
             if bad or (name != "reference_workloads" and not getattr(self, name)):
@@ -166,7 +168,11 @@ def measure_cell(engine: SpecDecoder, cell: Cell, prompts: list[Prompt],
     for batch in batches if cell.k else batches[:1]:
         engine.generate(batch, max_new_tokens=min(2 * cell.k + 4, cfg.max_new_tokens), eos_token_ids=eos)
     results = [engine.generate(b, max_new_tokens=cfg.max_new_tokens, eos_token_ids=eos) for b in batches]
-    return cell_row(cell, results, cfg), [t for r in results for t in r.tokens]
+    row = cell_row(cell, results, cfg)
+    # Compilation, warm-up and CUDA-graph capture of this cell's shapes (not in its timing);
+    # compiled code is shared across cells, so the first cell of each shape family pays most.
+    row.extra.update(warmup_s=round(engine.warmup_s, 3), compiled=engine.compiled)
+    return row, [t for r in results for t in r.tokens]
 
 
 def agreement(ours: list[list[int]], theirs: list[list[int]]) -> float:
@@ -270,7 +276,7 @@ def _cell(target, drafters: dict, cell: Cell, prompts: list[Prompt], cfg: SweepC
         return None, [], f"time budget of {cfg.time_budget_s:.0f} s used up"
     spec = SpecConfig(method=cell.method, num_speculative_tokens=max(k, 1), temperature=cfg.temperature,
                       max_new_tokens=cfg.max_new_tokens, seed=cfg.seed, cuda_graphs=cfg.cuda_graphs,
-                      kernel_backend=cfg.kernel_backend)
+                      compile=cfg.compile, kernel_backend=cfg.kernel_backend)
     engine = SpecDecoder(target, drafters.get(cell.method), spec)
     try:
         engine.reserve(c, need)  # caches sized once: no timed pass regrows them (and drops graphs)
@@ -344,6 +350,7 @@ def run_sweep(target, tokenizer, drafters: dict, cfg: SweepConfig, *, run_info: 
                 r.agreement = agreement(baseline_tokens[key], ref_tokens[key])
     bar.close()
     result.config["wall_s"] = round(time.monotonic() - t0, 1)
+    result.config["warmup_s"] = round(sum(r.extra.get("warmup_s", 0.0) for r in result.rows), 1)
     if on_update:
         on_update(result)
     return result

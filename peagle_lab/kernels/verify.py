@@ -1,13 +1,15 @@
-"""Fused verify kernels: one Triton program per request decides its accepted drafts.
+"""Fused verify kernels: Triton programs decide each request's accepted drafts.
 
 The spec is :mod:`peagle_lab.verify` (re-exported here as ``verify_greedy_ref`` and
 ``verify_rejection_ref``). Reading it first is the point: the kernels below make the
 same decisions with the same arithmetic, so the two agree bit for bit.
 
-Why fuse? The reference reads every slot of ``[c, K+1, V]`` (argmax or gathers over the
-whole tensor) and launches a dozen small ops. A program per request walks its slots in
-order and stops at the first rejection, so it reads only ``(num_accepted + 1) * V``
-logits for greedy, and one pass over one row of ``V`` for rejection sampling.
+Why fuse? The reference launches a dozen small ops over ``[c, K+1, V]``. Greedy
+verification runs in two launches: one program per logits row finds its argmax (c·(K+1)
+programs, so the GPU is busy at every c; a program per request walking its rows in turn
+starved the GPU at large c), then one program per request finds the first slot whose draft
+the target rejects. Rejection sampling is one program per request, which walks its slots
+in order, stops at the first rejection and makes one pass over one row of ``V``.
 
 Exactness rules shared with the reference:
 
@@ -78,35 +80,43 @@ if triton is not None:
         tl.store(output_tokens_ptr + req * (K + 1) + cols, row, mask=cols < K + 1)
 
     @triton.jit
-    def _verify_greedy_kernel(
-        # inputs
-        target_logits_ptr,   # [c, K+1, V] any float dtype
+    def _argmax_rows_kernel(
+        logits_ptr,   # [rows, V] any float dtype (rows = c * (K+1))
+        argmax_ptr,   # [rows] int64, output
+        V,
+        BLOCK_V: tl.constexpr,
+        COMPUTE_DTYPE: tl.constexpr,
+    ):
+        """Stage 1 of greedy verification: one program per logits row, its first maximum."""
+        row = tl.program_id(0).to(tl.int64)
+        tl.store(argmax_ptr + row, _row_argmax(logits_ptr + row * V, V, BLOCK_V, COMPUTE_DTYPE))
+
+    @triton.jit
+    def _accept_greedy_kernel(
+        argmax_ptr,          # [c, K+1] int64, the target's token at every slot (stage 1)
         draft_tokens_ptr,    # [c, K] int32/int64
-        # outputs
         num_accepted_ptr,    # [c] int64
         next_tokens_ptr,     # [c] int64
         output_tokens_ptr,   # [c, K+1] int64
-        # metadata
-        K, V,
-        BLOCK_V: tl.constexpr,        # power of two, lanes per step over V
-        BLOCK_K: tl.constexpr,        # next power of two >= K+1
-        COMPUTE_DTYPE: tl.constexpr,  # float64 for float64 logits, else float32 (exact)
+        K,
+        BLOCK_K: tl.constexpr,  # next power of two >= K+1
     ):
-        req = tl.program_id(0).to(tl.int64)
-        logits = target_logits_ptr + req * (K + 1) * V
-        drafts = draft_tokens_ptr + req * K
+        """Stage 2: one program per request; n = the first slot whose draft the target rejects.
 
-        n = tl.zeros([], tl.int64)
-        target_token = _row_argmax(logits, V, BLOCK_V, COMPUTE_DTYPE)
-        draft = tl.load(drafts).to(tl.int64)
-        # Walk the slots until the draft disagrees with the target; at slot K the
-        # masked load returns -1, which no argmax equals, so the walk ends there.
-        while draft == target_token:
-            n += 1
-            target_token = _row_argmax(logits + n * V, V, BLOCK_V, COMPUTE_DTYPE)
-            draft = tl.load(drafts + n, mask=n < K, other=-1).to(tl.int64)
+            slot:     0    1    2    3 (= K)
+            draft:    d0   d1   d2   (none)
+            target:   t0   t1   t2   t3        n = first slot with d != t, or K
+        """
+        req = tl.program_id(0).to(tl.int64)
+        cols = tl.arange(0, BLOCK_K)
+        target = tl.load(argmax_ptr + req * (K + 1) + cols, mask=cols < K + 1, other=-1)
+        drafts = draft_tokens_ptr + req * K
+        draft = tl.load(drafts + cols, mask=cols < K, other=-1).to(tl.int64)
+        rejected = (draft != target) | (cols >= K)
+        n = tl.min(tl.where(rejected, cols, BLOCK_K), axis=0).to(tl.int64)
+        next_token = tl.sum(tl.where(cols == n, target, 0), axis=0)
         _write_outputs(drafts, num_accepted_ptr, next_tokens_ptr, output_tokens_ptr,
-                       req, n, target_token, K, BLOCK_K)
+                       req, n, next_token, K, BLOCK_K)
 
     @triton.jit
     def _accept_draft(target_probs, draft_probs, drafts, uniform, i, K, V):
@@ -235,13 +245,14 @@ def verify_greedy(
         return verify_greedy_ref(target_logits, draft_tokens)
     num_accepted, next_tokens, output_tokens = _empty_outputs(c, k, target_logits.device)
     compute = tl.float64 if target_logits.dtype == torch.float64 else tl.float32
-    _verify_greedy_kernel[(c,)](
-        target_logits.contiguous(), draft_tokens.contiguous(),
-        num_accepted, next_tokens, output_tokens,
-        k, v,
-        BLOCK_V=min(triton.next_power_of_2(v), _MAX_BLOCK_V),
-        BLOCK_K=triton.next_power_of_2(k + 1),
-        COMPUTE_DTYPE=compute,
+    argmax = torch.empty(c, k + 1, dtype=torch.int64, device=target_logits.device)
+    _argmax_rows_kernel[(c * (k + 1),)](
+        target_logits.contiguous(), argmax, v,
+        BLOCK_V=min(triton.next_power_of_2(v), _MAX_BLOCK_V), COMPUTE_DTYPE=compute,
+    )
+    _accept_greedy_kernel[(c,)](
+        argmax, draft_tokens.contiguous(), num_accepted, next_tokens, output_tokens,
+        k, BLOCK_K=triton.next_power_of_2(k + 1),
     )
     return _finish(num_accepted, next_tokens, output_tokens, k)
 

@@ -158,9 +158,12 @@ class KVCache:
     def trash_slot(self) -> int:
         return self.max_batch * self.max_len
 
+    # The forward path reads sizes from the tensors, never from the int fields: under
+    # torch.compile(dynamic=True) a tensor size is symbolic, while an int attribute would be
+    # specialised (one compilation per cache size).
     def slots(self, slot_mapping: torch.Tensor) -> torch.Tensor:
         """Flat slots with ``-1`` redirected to the trash row (computed once per forward)."""
-        return torch.where(slot_mapping < 0, self.trash_slot, slot_mapping).reshape(-1)
+        return torch.where(slot_mapping < 0, self.k[0].shape[0] - 1, slot_mapping).reshape(-1)
 
     def write(self, layer: int, slot_mapping: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         """Write ``k``/``v`` [N, n_kv, hd] to flat slots [N]; ``-1`` slots write nothing."""
@@ -173,10 +176,14 @@ class KVCache:
 
     def read(self, layer: int, c: int) -> tuple[torch.Tensor, torch.Tensor]:
         """K/V of requests ``0..c-1`` as ``[c, n_kv, max_len, hd]``."""
-        n = self.max_batch * self.max_len
-        k = self.k[layer][:n].view(self.max_batch, self.max_len, *self.k[layer].shape[1:])[:c]
-        v = self.v[layer][:n].view(self.max_batch, self.max_len, *self.v[layer].shape[1:])[:c]
+        k, v = self.k[layer], self.v[layer]
+        k = k[:-1].view(self.max_batch, -1, *k.shape[1:])[:c]  # the trash row is the last one
+        v = v[:-1].view(self.max_batch, -1, *v.shape[1:])[:c]
         return k.transpose(1, 2), v.transpose(1, 2)
+
+    def positions(self, c: int, device: torch.device) -> torch.Tensor:
+        """``[c, max_len]``: the position of every key in a request's block."""
+        return torch.arange((self.k[0].shape[0] - 1) // self.max_batch, device=device).expand(c, -1)
 
 
 def attention_mask(positions: torch.Tensor, kv_positions: torch.Tensor, kv_valid: torch.Tensor | None = None) -> torch.Tensor:
@@ -185,6 +192,11 @@ def attention_mask(positions: torch.Tensor, kv_positions: torch.Tensor, kv_valid
     if kv_valid is not None:
         m = m & kv_valid[:, None, None, :]
     return m
+
+
+# Query blocks longer than this (prefill, not a decode step of K + 1 <= 17 tokens) take the
+# fused-kernel attention path on CUDA (see attend).
+PREFILL_QUERIES = 17
 
 
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask) -> torch.Tensor:
@@ -198,6 +210,13 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask) -> torch.Ten
 
     if isinstance(mask, BlockMask):
         return _flex_attention(q.is_cuda)(q, k, v, block_mask=mask, enable_gqa=True)
+    if q.is_cuda and q.shape[2] > PREFILL_QUERIES and k.shape[1] != q.shape[1]:
+        # Long query blocks (prefill) with an explicit mask: with enable_gqa, SDPA on CUDA
+        # falls back to its math path, which materialises every score (c·nh·T·S floats);
+        # with the K/V heads repeated, the memory-efficient kernel takes the mask in O(T).
+        rep = q.shape[1] // k.shape[1]
+        k, v = k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
 
 
@@ -250,6 +269,8 @@ class FusedLinear(nn.Module):
 
     @property
     def fused(self) -> bool:
+        if torch.compiler.is_compiling():  # dynamo cannot compare data pointers; fuse() ran before compiling
+            return self._weight is not None
         return self._weight is not None and self._layers[0].weight.data_ptr() == self._weight.data_ptr()
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -355,7 +376,7 @@ def make_context(positions: torch.Tensor, cache: KVCache | None, slot_mapping: t
         return AttnContext(None, None, attention_mask(positions, positions))
     if slot_mapping is None:
         raise ValueError("slot_mapping is required when a KV cache is given")
-    kv_pos = torch.arange(cache.max_len, device=positions.device).expand(positions.shape[0], -1)
+    kv_pos = cache.positions(positions.shape[0], positions.device)
     return AttnContext(cache, slot_mapping, attention_mask(positions, kv_pos))
 
 

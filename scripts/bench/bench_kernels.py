@@ -1,8 +1,10 @@
-"""Time the fused draft-batch kernels against their PyTorch reference on one CUDA GPU.
+"""Time the fused kernels of the decode step against their PyTorch references on one CUDA GPU.
 
 What is timed, per (c, K, dtype), with H = 576 (SmolLM2) and a decode step (T = K + 1):
     fused:     prepare_draft_inputs + fill_draft_hidden, backend="triton" (two launches)
     reference: the same two calls with backend="torch" (the PyTorch specs)
+and, under ``verify`` in the JSON, greedy verification of float32 logits [c, K+1, 49152]
+(verify_greedy, Triton vs reference) for c up to 256.
 Both are checked equal first. Each path gets two medians: eager (``triton.testing.do_bench``;
 at these sizes host-side launch cost dominates it, as in a notebook) and graph replay
 (``triton.testing.do_bench_cudagraph``, as the engine's CUDA-graph decode loop sees it).
@@ -99,6 +101,31 @@ def _row(c: int, K: int, dtype_name: str) -> dict:
     return row
 
 
+VERIFY_CONCURRENCY = (1, 8, 64, 256)
+
+
+def _verify_row(c: int, K: int, V: int = 49152) -> dict:
+    """Greedy verification at (c, K): fused vs reference, graph-replay medians (µs)."""
+    from triton.testing import do_bench_cudagraph
+
+    from peagle_lab.kernels.verify import verify_greedy
+
+    g = torch.Generator(device="cuda").manual_seed(c * 100 + K)
+    logits = torch.randn(c, K + 1, V, device="cuda", generator=g)
+    drafts = logits[:, :K].argmax(-1)  # accepted up to a random slot: ragged, realistic
+    cut = torch.randint(0, K + 1, (c,), device="cuda", generator=g)
+    drafts = torch.where(torch.arange(K, device="cuda") < cut[:, None], drafts, (drafts + 1) % V)
+    fused, ref = verify_greedy(logits, drafts, backend="triton"), verify_greedy(logits, drafts, backend="torch")
+    if not torch.equal(fused.output_tokens, ref.output_tokens):
+        raise AssertionError(f"verify_greedy: fused and reference differ at c={c}, K={K}")
+    row = dict(c=c, K=K, V=V, dtype="fp32")
+    for path, backend in (("fused", "triton"), ("reference", "torch")):
+        row[f"{path}_graph_us"] = 1e3 * do_bench_cudagraph(
+            lambda backend=backend: verify_greedy(logits, drafts, backend=backend), rep=50, return_mode="median")
+    row["speedup_graph"] = row["reference_graph_us"] / row["fused_graph_us"]
+    return row
+
+
 def _table(rows: list[dict]) -> str:
     head = (f"{'c':>3} {'K':>2} {'dtype':>5} | {'launches':>11} | {'eager us':>17} {'x':>5} |"
             f" {'graph us':>15} {'x':>5}")
@@ -127,6 +154,7 @@ def main(argv: list[str] | None = None) -> int:
                  "or after `pip install -e .`")
 
     rows = [_row(c, K, d) for c in CONCURRENCY for K in NUM_SPECULATIVE_TOKENS for d in DTYPES]
+    verify = [_verify_row(c, K) for c in VERIFY_CONCURRENCY for K in NUM_SPECULATIVE_TOKENS]
     result = dict(
         benchmark="draft batch construction: prepare_draft_inputs + fill_draft_hidden, "
                   "fused Triton vs PyTorch reference",
@@ -135,11 +163,15 @@ def main(argv: list[str] | None = None) -> int:
                "L2 flushed between runs; host launch cost dominates at these sizes); graph: triton.testing.do_bench_cudagraph (replays of "
                "a captured graph). launches: CUDA kernel events of one torch.profiler call.",
         rows=rows,
+        verify=verify,
     )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"{result['device']}  torch {result['torch']}  triton {result['triton']}  H={H}  T=K+1")
     print(_table(rows))
+    for r in verify:
+        print(f"verify_greedy c={r['c']:>3} K={r['K']}: fused {r['fused_graph_us']:.1f} µs, "
+              f"reference {r['reference_graph_us']:.1f} µs ({r['speedup_graph']:.2f}x)")
     print(f"wrote {args.out}")
     return 0
 
