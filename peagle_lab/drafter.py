@@ -22,8 +22,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from .config import DrafterConfig
-from .models.llama import (MLP, Attention, Block, KVCache, LlamaModel, RMSNorm, make_context, rope_cos_sin,
-                           rope_inv_freq)
+from .models.llama import (MLP, Attention, Block, KVCache, LlamaModel, RMSNorm, call_layer, make_context,
+                           rope_cos_sin, rope_inv_freq)
 
 
 class FirstLayer(nn.Module):
@@ -39,10 +39,10 @@ class FirstLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.mlp = MLP(lc)
 
-    def forward(self, emb, hidden, cos, sin, ctx, layer):
+    def forward(self, emb, hidden, cos, sin, ctx):
         normed = self.hidden_norm(hidden)
         residual = normed if self.norm_before_residual else hidden
-        x = residual + self.self_attn(torch.cat([self.input_layernorm(emb), normed], -1), cos, sin, ctx, layer)
+        x = residual + self.self_attn(torch.cat([self.input_layernorm(emb), normed], -1), cos, sin, ctx)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
@@ -145,7 +145,7 @@ class Drafter(nn.Module):
     def forward(self, input_ids: torch.Tensor, hidden: torch.Tensor, positions: torch.Tensor, *,
                 cache: KVCache | None = None, slot_mapping: torch.Tensor | None = None,
                 attn_mask: torch.Tensor | None = None, logits_rows: torch.Tensor | None = None,
-                return_logits: bool = True) -> DrafterOutput:
+                return_logits: bool = True, layer_fn=None) -> DrafterOutput:
         """One drafter pass over ``T`` slots per request.
 
         Args:
@@ -155,6 +155,7 @@ class Drafter(nn.Module):
             cache / slot_mapping: the drafter's own KV cache and where to write (-1: nowhere).
             attn_mask: an explicit boolean mask [c, 1, T, S] (training), else causal by position.
             logits_rows: [c, m] slot indices to compute logits for (default: all T).
+            layer_fn: runs each layer (the engine passes a compiled ``call_layer``).
 
         Returns:
             DrafterOutput(logits [c, m, draft_vocab] float32, hidden [c, T, H] pre-norm).
@@ -166,9 +167,10 @@ class Drafter(nn.Module):
         if self._inv_freq.device != positions.device:
             self._inv_freq = self._inv_freq.to(positions.device)
         cos, sin = rope_cos_sin(self._inv_freq, positions, self.dtype)
-        x = self.layers[0](self.embed(input_ids), hidden.to(self.dtype), cos, sin, ctx, 0)
+        run = layer_fn or call_layer
+        x = run(self.layers[0], self.embed(input_ids), hidden.to(self.dtype), cos, sin, ctx.layer(0))
         for i, layer in enumerate(self.layers[1:], start=1):
-            x = layer(x, cos, sin, ctx, i)
+            x = run(layer, x, cos, sin, ctx.layer(i))
         logits = None
         if return_logits:
             rows = x if logits_rows is None else torch.gather(x, 1, logits_rows[..., None].expand(-1, -1, x.shape[-1]))

@@ -71,12 +71,13 @@ def build_draft_batch(drafter: Drafter, taps: torch.Tensor, token_ids: torch.Ten
     return inputs, hidden
 
 
-def run_drafter(drafter: Drafter, cache: KVCache, ids, hidden, positions, slots, rows=None):
+def run_drafter(drafter: Drafter, cache: KVCache, ids, hidden, positions, slots, rows=None, layer_fn=None):
     """One drafter pass with the KV cache: logits at ``rows`` [c, m] (all rows when None).
 
-    The engine swaps this for a CUDA-graphed twin with the same signature.
+    The engine swaps this for a CUDA-graphed twin with the same signature; ``layer_fn`` runs
+    each drafter layer (the engine passes a compiled one).
     """
-    return drafter(ids, hidden, positions, cache=cache, slot_mapping=slots, logits_rows=rows)
+    return drafter(ids, hidden, positions, cache=cache, slot_mapping=slots, logits_rows=rows, layer_fn=layer_fn)
 
 
 def _first_pass(forward, cache, inputs: DraftInputs, hidden, c: int, k: int):

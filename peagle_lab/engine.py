@@ -32,7 +32,7 @@ from .acceptance import acceptance_length, per_position_acceptance
 from .config import SpecConfig
 from .drafter import Drafter, check_drafter_fits
 from .drafting import DraftResult, run_drafter
-from .models.llama import LlamaModel, fuse_projections
+from .models.llama import LlamaModel, call_layer, fuse_projections
 
 
 @dataclass(frozen=True)
@@ -144,9 +144,11 @@ def _capture(fn):
 def compiled(fn):
     """``fn`` under ``torch.compile`` with symbolic sizes, once per process for every engine.
 
-    Sizes are symbolic (``dynamic=True``), so one compilation serves every c, T and cache
-    size; dynamo still specialises sizes 0 and 1, so a step function compiles about four
-    times (c = 1 or more, T = 1 or more), each reused by every later engine and shape.
+    The engine compiles :func:`~peagle_lab.models.llama.call_layer`: one decoder layer, so
+    every layer of the target and the drafter shares the compiled code. Sizes are symbolic
+    (``dynamic=True``), so one compilation serves every c, T and cache size; dynamo still
+    specialises sizes 0 and 1, so each layer kind compiles about four times (c = 1 or more,
+    T = 1 or more), each reused by every later engine and shape.
     """
     import torch._dynamo
 
@@ -220,9 +222,9 @@ class SpecDecoder:
             fuse_projections(drafter)
         self.use_graphs = config.cuda_graphs and self.device.type == "cuda"
         self.compiled = config.compile == "on" or (config.compile == "auto" and self.device.type == "cuda")
-        # The decode-step forwards; prefill, whose width changes with every batch, stays eager.
-        self._target_step = compiled(step.target_step) if self.compiled else step.target_step
-        self._drafter_step = compiled(run_drafter) if self.compiled else run_drafter
+        # Decode steps run each decoder layer compiled; prefill, whose width changes with every
+        # batch, stays eager.
+        self._layer_fn = compiled(call_layer) if self.compiled else None
         self._graphs = _Graphs()
         self._cache_t = self._cache_d = None
         # Called with every DraftResult the engine proposes (the vLLM check records drafts with it).
@@ -263,17 +265,17 @@ class SpecDecoder:
     # ------------------------------------------------------------------ forwards
     def _target(self, ids, pos, slots, cache):
         def fn(ids, pos, slots):
-            return self._target_step(self.target, cache, ids, pos, slots)
+            return step.target_step(self.target, cache, ids, pos, slots, self._layer_fn)
         if self.use_graphs:
             return self._graphs.run(("target", tuple(ids.shape)), fn, ids, pos, slots)
         return fn(ids, pos, slots)
 
     def _drafter_forward(self, cache, ids, hidden, pos, slots, rows):
         if not self.use_graphs:
-            return self._drafter_step(self.drafter, cache, ids, hidden, pos, slots, rows)
+            return run_drafter(self.drafter, cache, ids, hidden, pos, slots, rows, self._layer_fn)
 
         def fn(ids, hidden, pos, slots, *rows):
-            return self._drafter_step(self.drafter, cache, ids, hidden, pos, slots, rows[0] if rows else None)
+            return run_drafter(self.drafter, cache, ids, hidden, pos, slots, rows[0] if rows else None, self._layer_fn)
         extra = (rows,) if rows is not None else ()
         key = ("drafter", tuple(ids.shape), None if rows is None else tuple(rows.shape))
         return self._graphs.run(key, fn, ids, hidden, pos, slots, *extra)
@@ -313,7 +315,7 @@ class SpecDecoder:
             static = [a.clone() for a in args]
             g_prep, batch = _capture(lambda: prep(*static))
             g_prep.replay()  # captured outputs hold nothing until a replay; the draft warm-up reads them
-            plain = lambda cache, *a: self._drafter_step(self.drafter, cache, *a)  # noqa: E731
+            plain = lambda cache, *a: run_drafter(self.drafter, cache, *a, layer_fn=self._layer_fn)  # noqa: E731
             g_draft, res = _capture(lambda: draft(batch, plain))
             return g_prep, g_draft, static, res
 

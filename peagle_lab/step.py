@@ -92,14 +92,14 @@ def prefill(target: LlamaModel, ids: torch.Tensor, positions: torch.Tensor, leng
 
 
 def target_step(target: LlamaModel, cache: KVCache, ids: torch.Tensor, positions: torch.Tensor,
-                slots: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+                slots: torch.Tensor, layer_fn=None) -> tuple[torch.Tensor, torch.Tensor]:
     """The target over a decode batch ``[c, T]`` (its KV written): float32 logits and taps.
 
-    The engine compiles this whole function (``SpecConfig.compile``): every size it reads
-    comes from a tensor, so one compilation with symbolic sizes serves every c, T and cache.
-    The taps are always returned, so plain decoding and speculation share the compiled code.
+    ``layer_fn`` runs each decoder layer; the engine passes a compiled one
+    (``SpecConfig.compile``). The taps are always returned, so plain decoding and speculation
+    share the same code.
     """
-    out = target(ids, positions, cache=cache, slot_mapping=slots, return_taps=True)
+    out = target(ids, positions, cache=cache, slot_mapping=slots, return_taps=True, layer_fn=layer_fn)
     return out.logits, out.taps
 
 

@@ -12,6 +12,7 @@ import torch
 from peagle_lab import step
 from peagle_lab.config import SpecConfig
 from peagle_lab.engine import SpecDecoder, compiled
+from peagle_lab.models.llama import call_layer
 from peagle_lab.testing import tiny_drafter, tiny_target
 
 PROMPTS = [[5, 6, 7, 8, 9], [10, 11, 12], [3, 1, 4, 1, 5, 9, 2, 6, 5], [42]]
@@ -51,10 +52,10 @@ def test_compiled_step_is_lossless_and_sizes_stay_symbolic(target):
 
 
 def test_compiled_functions_are_shared_by_every_engine(target):
-    assert compiled(step.target_step) is compiled(step.target_step)
+    assert compiled(call_layer) is compiled(call_layer)
     a = SpecDecoder(target, None, SpecConfig(method="baseline", compile="on"))
     b = SpecDecoder(target, None, SpecConfig(method="baseline", compile="on"))
-    assert a._target_step is b._target_step
+    assert a._layer_fn is b._layer_fn is compiled(call_layer)
     assert SpecDecoder(target, None, SpecConfig(method="baseline")).compiled is False  # auto: off on a CPU
 
 

@@ -171,19 +171,29 @@ class KVCache:
 
     def write_slots(self, layer: int, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         """Write ``k``/``v`` [N, n_kv, hd] to slots from :meth:`slots` (no ``-1`` left)."""
-        self.k[layer].index_copy_(0, slots, k.to(self.k[layer].dtype))
-        self.v[layer].index_copy_(0, slots, v.to(self.v[layer].dtype))
+        write_kv(self.k[layer], self.v[layer], slots, k, v)
 
     def read(self, layer: int, c: int) -> tuple[torch.Tensor, torch.Tensor]:
         """K/V of requests ``0..c-1`` as ``[c, n_kv, max_len, hd]``."""
-        k, v = self.k[layer], self.v[layer]
-        k = k[:-1].view(self.max_batch, -1, *k.shape[1:])[:c]  # the trash row is the last one
-        v = v[:-1].view(self.max_batch, -1, *v.shape[1:])[:c]
-        return k.transpose(1, 2), v.transpose(1, 2)
+        return read_kv(self.k[layer], self.v[layer], c, self.max_len)
 
     def positions(self, c: int, device: torch.device) -> torch.Tensor:
         """``[c, max_len]``: the position of every key in a request's block."""
         return torch.arange((self.k[0].shape[0] - 1) // self.max_batch, device=device).expand(c, -1)
+
+
+def write_kv(k_cache: torch.Tensor, v_cache: torch.Tensor, slots: torch.Tensor, k: torch.Tensor,
+             v: torch.Tensor) -> None:
+    """One layer's cache write: ``k``/``v`` [N, n_kv, hd] into rows ``slots`` [N] (no ``-1``)."""
+    k_cache.index_copy_(0, slots, k.to(k_cache.dtype))
+    v_cache.index_copy_(0, slots, v.to(v_cache.dtype))
+
+
+def read_kv(k_cache: torch.Tensor, v_cache: torch.Tensor, c: int, max_len: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """One layer's cache as ``[c, n_kv, max_len, hd]`` for requests ``0..c-1`` (views, no copy)."""
+    k = k_cache[:-1].view(-1, max_len, *k_cache.shape[1:])[:c]  # the trash row is the last one
+    v = v_cache[:-1].view(-1, max_len, *v_cache.shape[1:])[:c]
+    return k.transpose(1, 2), v.transpose(1, 2)
 
 
 def attention_mask(positions: torch.Tensor, kv_positions: torch.Tensor, kv_valid: torch.Tensor | None = None) -> torch.Tensor:
@@ -295,8 +305,7 @@ class Attention(nn.Module):
             self.q_norm = self.k_norm = None
         self.qkv = FusedLinear(self.q_proj, self.k_proj, self.v_proj)
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, ctx: "AttnContext",
-                layer: int) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, ctx: "LayerContext") -> torch.Tensor:
         c, T, _ = x.shape
         q, k, v = self.qkv(x)
         q = q.view(c, T, self.nh, self.hd)
@@ -306,12 +315,13 @@ class Attention(nn.Module):
             q, k = self.q_norm(q), self.k_norm(k)
         q = apply_rope(q, cos, sin)  # (c, T, nh, hd)
         k = apply_rope(k, cos, sin)  # (c, T, nkv, hd)
-        if ctx.cache is not None:
-            if ctx.slots is not None:
-                ctx.cache.write_slots(layer, ctx.slots, k.flatten(0, 1), v.flatten(0, 1))
-            else:
-                ctx.cache.write(layer, ctx.slot_mapping.reshape(-1), k.flatten(0, 1), v.flatten(0, 1))
-            k, v = ctx.cache.read(layer, c)  # (c, nkv, max_len, hd)
+        if ctx.kv is not None:  # our KVCache: this layer's tensors, sizes from the mask
+            write_kv(*ctx.kv, ctx.slots, k.flatten(0, 1), v.flatten(0, 1))
+            k, v = read_kv(*ctx.kv, c, ctx.mask.shape[-1])  # (c, nkv, max_len, hd)
+            k, v = k.to(q.dtype), v.to(q.dtype)
+        elif ctx.cache is not None:  # a stand-in with write/read by layer (the EAGLE-3 trainer's)
+            ctx.cache.write(ctx.layer, ctx.slot_mapping.reshape(-1), k.flatten(0, 1), v.flatten(0, 1))
+            k, v = ctx.cache.read(ctx.layer, c)
             k, v = k.to(q.dtype), v.to(q.dtype)
         else:
             k, v = k.transpose(1, 2), v.transpose(1, 2)
@@ -342,9 +352,22 @@ class Block(nn.Module):
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.mlp = MLP(cfg)
 
-    def forward(self, x, cos, sin, ctx, layer):
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin, ctx, layer)
+    def forward(self, x, cos, sin, ctx: "LayerContext"):
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, ctx)
         return x + self.mlp(self.post_attention_layernorm(x))
+
+
+@dataclass
+class LayerContext:
+    """What one attention layer needs: the mask and this layer's cache, never a layer index
+    that the compiled code would have to specialise on (see :func:`call_layer`)."""
+
+    mask: torch.Tensor  # [c, 1, T, S] bool (or a flex BlockMask)
+    kv: tuple[torch.Tensor, torch.Tensor] | None = None  # this layer's K/V rows of our KVCache
+    slots: torch.Tensor | None = None  # [c*T] flat cache rows, -1 sent to the trash row
+    cache: object = None  # a stand-in cache with write/read by layer (the EAGLE-3 trainer's ChainKV)
+    layer: int = 0  # for the stand-in only
+    slot_mapping: torch.Tensor | None = None  # for the stand-in only
 
 
 @dataclass
@@ -360,6 +383,22 @@ class AttnContext:
         # Only for our KVCache: stand-ins (the EAGLE-3 trainer's ChainKV) keep plain write().
         if isinstance(self.cache, KVCache) and self.slot_mapping is not None and self.slots is None:
             self.slots = self.cache.slots(self.slot_mapping)
+
+    def layer(self, i: int) -> LayerContext:
+        """The context of layer ``i``."""
+        if isinstance(self.cache, KVCache):
+            return LayerContext(self.mask, (self.cache.k[i], self.cache.v[i]), self.slots)
+        return LayerContext(self.mask, cache=self.cache, layer=i, slot_mapping=self.slot_mapping)
+
+
+def call_layer(layer: nn.Module, *args):
+    """``layer(*args)``: the unit the engine compiles (``SpecConfig.compile``).
+
+    One decoder layer, not the whole model: every layer of a model (and of a drafter) has the
+    same code and shapes, so one compilation serves them all and compiling stays quick; its
+    context carries that layer's cache tensors rather than an index into a list of them.
+    """
+    return layer(*args)
 
 
 def make_context(positions: torch.Tensor, cache: KVCache | None, slot_mapping: torch.Tensor | None,
@@ -450,7 +489,7 @@ class LlamaModel(nn.Module):
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, *, cache: KVCache | None = None,
                 slot_mapping: torch.Tensor | None = None, return_logits: bool = True,
                 return_taps: bool = True, logits_rows: torch.Tensor | None = None,
-                attn_mask=None) -> TargetOutput:
+                attn_mask=None, layer_fn=None) -> TargetOutput:
         """Run ``input_ids`` [c, T] at ``positions`` [c, T].
 
         Args:
@@ -462,6 +501,8 @@ class LlamaModel(nn.Module):
             logits_rows: optional [c, m] indices along T; logits only for those rows.
             attn_mask: overrides the causal-by-position mask without a cache: a boolean
                 [c, 1, T, T] or a flex ``BlockMask`` (training on packed rows of several sequences).
+            layer_fn: runs each decoder layer as ``layer_fn(layer, x, cos, sin, layer_context)``
+                (the engine passes a compiled :func:`call_layer`); None calls the layers directly.
 
         Returns:
             TargetOutput with float32 ``logits`` [c, T or m, V] and ``taps`` [c, T, 3H].
@@ -483,7 +524,7 @@ class LlamaModel(nn.Module):
         for i, layer in enumerate(self.layers):
             if return_taps and i in taps_at:
                 taps.append(x)
-            x = layer(x, cos, sin, ctx, i)
+            x = (layer_fn or call_layer)(layer, x, cos, sin, ctx.layer(i))
         # Repeated tap ids (tiny models) are legal; keep their order.
         tap_list = [taps[sorted(set(taps_at)).index(k)] for k in taps_at] if return_taps else None
         x = self.norm(x)

@@ -15,16 +15,15 @@
 #   - optionally trained heads: bundled ones in peagle_lab/heads/{eagle3,peagle} are used when present,
 #     or pass --eagle3-head DIR --peagle-head DIR (random heads are reported as such).
 #
-# Planning (step times measured on the H200 with this engine, bf16, CUDA graphs): a plain step is
-# 3.2–3.9 ms (c=1–64), a K=5 verify 3.7–5.3 ms, EAGLE-3 drafting 1.2–1.4 ms, P-EAGLE drafting
-# 0.4–0.5 ms, draft-batch prep 0.4–0.5 ms. 207 cells are planned; long context (2k–7k-token prompts
-# with SmolLM2's tokenizer) stops at c=8 through --max-batch-tokens 65536 (the eager prefill
-# materialises c·9·T² fp32 attention scores), which leaves 176 to run. A cell decodes 4 prompts at
-# c ≤ 4 (sequential batches) and c prompts above, 128 tokens each, after an untimed warm-up pass:
-# ~140 s in all with trained heads (AL ≈ 3), ~300 s with random ones (AL = 1). Add ~20 s to start
-# and 1–2 min to compile the transformers reference. --time-budget-s 420 (counted from the start of
-# the sweep, reference included) keeps the job near 8 minutes: cells still waiting then are skipped
-# and listed in bench.json; the extra K values run last, so they go first.
+# Planning (H200, bf16, CUDA graphs, decode steps compiled per layer: SpecConfig.compile="auto"):
+# a plain step is ~1.5–1.7 ms (c=1–64), a K=7 verify ~1.6–2.9 ms, EAGLE-3 drafting (K=7) ~0.8–1.0 ms,
+# P-EAGLE drafting (4 layers) ~0.25–0.55 ms. 207 cells are planned, long context (2k–7k-token
+# prompts) at every c, prefilled in chunks. A cell decodes 4 prompts at c ≤ 4 (sequential batches)
+# and c prompts above, 128 tokens each, after an untimed warm-up pass. Compiling costs ~10 s per
+# layer kind and size class (c = 1 or more, T = 1 or more), paid by the first cells; add 1–2 min
+# for the transformers reference. --time-budget-s 420 (counted from the start of the sweep,
+# reference included) keeps the job near 8 minutes: cells still waiting then are skipped and
+# listed in bench.json; the extra K values run last, so they go first.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 out=${OUT:-docs/results/h200}
@@ -51,7 +50,7 @@ set +e
 "$PY" -m peagle_lab.bench.cli --device cuda --dtype bfloat16 \
   --methods baseline eagle3 peagle -k 3 5 7 --extra-k 1 2 4 6 8 --extra-k-at 1 64 \
   -c 1 2 4 8 16 32 64 --workloads chat code long --max-new-tokens 128 --min-prompts 4 \
-  --max-batch-tokens 65536 --reference-workloads chat code --reference-concurrency 1 \
+  --reference-workloads chat code --reference-concurrency 1 \
   --time-budget-s 420 --out "$out" --no-report "$@" 2>&1 | tee "$out/bench.log"
 rc=${PIPESTATUS[0]}
 echo "bench_h200.sh: exit $rc; files in $out: $(ls "$out" | tr '\n' ' ')"
