@@ -8,6 +8,7 @@
 | ``exercises``       | the workshop exercises' solutions                                    |
 | ``figures``         | plotly figures, each a pure function of a result object              |
 | ``widgets``         | ipywidgets built from those figures                                  |
+| ``static``          | PNG copies of the committed notebooks' figures (no-JavaScript views)  |
 
 Nothing in the library imports this package; ``import-linter`` keeps it that way.
 """
