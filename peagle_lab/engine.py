@@ -261,9 +261,7 @@ class SpecDecoder:
         max_len = -(-max_len // KV_BLOCK_ALIGN) * KV_BLOCK_ALIGN
         cur = self._cache_t
         if cur is None or c > cur.max_batch or max_len > cur.max_len:
-            spent = self._graphs.warmup_s
-            self._graphs = _Graphs()  # graphs point at the old caches
-            self._graphs.warmup_s = spent
+            self._graphs.graphs.clear()  # they point at the old caches
             self._cache_t = self._cache_d = None
             if self.device.type == "cuda":
                 torch.cuda.empty_cache()
@@ -275,7 +273,8 @@ class SpecDecoder:
     # ------------------------------------------------------------------ forwards
     def _target(self, ids, pos, slots, cache):
         def fn(ids, pos, slots):
-            return step.target_step(self.target, cache, ids, pos, slots, self._layer_fn)
+            return step.target_step(self.target, cache, ids, pos, slots, taps=self.config.k > 0,
+                                    layer_fn=self._layer_fn)
         if self.use_graphs:
             return self._graphs.run(("target", tuple(ids.shape)), fn, ids, pos, slots)
         return fn(ids, pos, slots)

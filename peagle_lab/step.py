@@ -92,14 +92,12 @@ def prefill(target: LlamaModel, ids: torch.Tensor, positions: torch.Tensor, leng
 
 
 def target_step(target: LlamaModel, cache: KVCache, ids: torch.Tensor, positions: torch.Tensor,
-                slots: torch.Tensor, layer_fn=None) -> tuple[torch.Tensor, torch.Tensor]:
-    """The target over a decode batch ``[c, T]`` (its KV written): float32 logits and taps.
+                slots: torch.Tensor, *, taps: bool = True, layer_fn=None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The target over a decode batch ``[c, T]`` (its KV written): float32 logits and, if ``taps``, the taps.
 
-    ``layer_fn`` runs each decoder layer; the engine passes a compiled one
-    (``SpecConfig.compile``). The taps are always returned, so plain decoding and speculation
-    share the same code.
+    ``layer_fn`` runs each decoder layer; the engine passes a compiled one (``SpecConfig.compile``).
     """
-    out = target(ids, positions, cache=cache, slot_mapping=slots, return_taps=True, layer_fn=layer_fn)
+    out = target(ids, positions, cache=cache, slot_mapping=slots, return_taps=taps, layer_fn=layer_fn)
     return out.logits, out.taps
 
 

@@ -11,6 +11,7 @@ over ``notebooks/``, and ``--check`` (a test) says which figures lack their copy
 from __future__ import annotations
 
 import base64
+import json
 import os
 import shutil
 import threading
@@ -92,8 +93,6 @@ def _stop(kaleido, timeout_s: float = 20.0) -> None:
 
 def add_pngs_to_file(path: str | Path, *, force: bool = False) -> int:
     """:func:`add_pngs` on a saved notebook, rewritten in place (nbformat's JSON layout kept)."""
-    import json
-
     path = Path(path)
     nb = json.loads(path.read_text())
     n = add_pngs(nb, force=force)

@@ -158,12 +158,9 @@ class KVCache:
     def trash_slot(self) -> int:
         return self.max_batch * self.max_len
 
-    # The forward path reads sizes from the tensors, never from the int fields: under
-    # torch.compile(dynamic=True) a tensor size is symbolic, while an int attribute would be
-    # specialised (one compilation per cache size).
     def slots(self, slot_mapping: torch.Tensor) -> torch.Tensor:
         """Flat slots with ``-1`` redirected to the trash row (computed once per forward)."""
-        return torch.where(slot_mapping < 0, self.k[0].shape[0] - 1, slot_mapping).reshape(-1)
+        return torch.where(slot_mapping < 0, self.trash_slot, slot_mapping).reshape(-1)
 
     def write(self, layer: int, slot_mapping: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         """Write ``k``/``v`` [N, n_kv, hd] to flat slots [N]; ``-1`` slots write nothing."""
@@ -177,10 +174,6 @@ class KVCache:
         """K/V of requests ``0..c-1`` as ``[c, n_kv, max_len, hd]``."""
         return read_kv(self.k[layer], self.v[layer], c, self.max_len)
 
-    def positions(self, c: int, device: torch.device) -> torch.Tensor:
-        """``[c, max_len]``: the position of every key in a request's block."""
-        return torch.arange((self.k[0].shape[0] - 1) // self.max_batch, device=device).expand(c, -1)
-
 
 def write_kv(k_cache: torch.Tensor, v_cache: torch.Tensor, slots: torch.Tensor, k: torch.Tensor,
              v: torch.Tensor) -> None:
@@ -190,7 +183,11 @@ def write_kv(k_cache: torch.Tensor, v_cache: torch.Tensor, slots: torch.Tensor, 
 
 
 def read_kv(k_cache: torch.Tensor, v_cache: torch.Tensor, c: int, max_len: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """One layer's cache as ``[c, n_kv, max_len, hd]`` for requests ``0..c-1`` (views, no copy)."""
+    """One layer's cache as ``[c, n_kv, max_len, hd]`` for requests ``0..c-1`` (views, no copy).
+
+    Inside a compiled layer ``max_len`` comes from a tensor's size (the mask's), which dynamo
+    keeps symbolic; a Python int field would be specialised, one compilation per cache size.
+    """
     k = k_cache[:-1].view(-1, max_len, *k_cache.shape[1:])[:c]  # the trash row is the last one
     v = v_cache[:-1].view(-1, max_len, *v_cache.shape[1:])[:c]
     return k.transpose(1, 2), v.transpose(1, 2)
@@ -415,7 +412,7 @@ def make_context(positions: torch.Tensor, cache: KVCache | None, slot_mapping: t
         return AttnContext(None, None, attention_mask(positions, positions))
     if slot_mapping is None:
         raise ValueError("slot_mapping is required when a KV cache is given")
-    kv_pos = cache.positions(positions.shape[0], positions.device)
+    kv_pos = torch.arange(cache.max_len, device=positions.device).expand(positions.shape[0], -1)
     return AttnContext(cache, slot_mapping, attention_mask(positions, kv_pos))
 
 
