@@ -7,6 +7,7 @@ METHODS = ("baseline", "eagle3", "peagle")
 DRAFTER_METHODS = ("eagle3", "peagle")
 MAX_K = 16
 BACKENDS = ("auto", "torch", "triton")
+COMPILE_MODES = ("auto", "on", "off")  # torch.compile: "auto" = on CUDA
 # SmolLM2's `<empty_output>` (id 16): a special token that never occurs in chat text, so
 # giving it a learned embedding for the mask slots cannot disturb real context tokens.
 DEFAULT_MASK_TOKEN_ID = 16
@@ -49,7 +50,7 @@ class SpecConfig:
         check_choice("kernel_backend", self.kernel_backend, BACKENDS)
         if not isinstance(self.cuda_graphs, bool):
             raise ValueError(f"cuda_graphs={self.cuda_graphs!r} must be True or False")
-        check_choice("compile", self.compile, ("auto", "on", "off"))
+        check_choice("compile", self.compile, COMPILE_MODES)
 
     @property
     def parallel_drafting(self) -> bool:

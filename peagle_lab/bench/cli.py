@@ -22,7 +22,7 @@ import time
 from dataclasses import fields
 from pathlib import Path
 
-from ..config import METHODS
+from ..config import COMPILE_MODES, METHODS
 from ..devices import DTYPES, resolve_device, resolve_dtype
 from .schema import write_csv, write_json
 from .sweep import SweepConfig, run_sweep
@@ -67,7 +67,7 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--reference-workloads", nargs="+", choices=WORKLOADS, help="default: chat code")
     p.add_argument("--reference-concurrency", nargs="+", type=int, metavar="C", help="default: 1")
     p.add_argument("--no-cuda-graphs", action="store_true")
-    p.add_argument("--compile", choices=["auto", "on", "off"],
+    p.add_argument("--compile", choices=COMPILE_MODES,
                    help="torch.compile the decode step (default auto: on CUDA)")
     p.add_argument("--kernel-backend", choices=["auto", "torch", "triton"],
                    help="draft-batch kernels (default auto: Triton on CUDA, PyTorch on CPU)")

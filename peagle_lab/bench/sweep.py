@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass
 import torch
 
 from ..acceptance import acceptance_length, per_position_acceptance
-from ..config import BACKENDS, MAX_K, METHODS, SpecConfig, check_choice, check_int
+from ..config import BACKENDS, COMPILE_MODES, MAX_K, METHODS, SpecConfig, check_choice, check_int
 from ..engine import GenerationResult, SpecDecoder
 from .schema import BenchResult, BenchRow, SkippedCell
 from .workloads import WORKLOADS, Prompt, load_workload
@@ -64,7 +64,7 @@ class SweepConfig:
 
     def __post_init__(self) -> None:
         check_choice("kernel_backend", self.kernel_backend, BACKENDS)
-        check_choice("compile", self.compile, ("auto", "on", "off"))
+        check_choice("compile", self.compile, COMPILE_MODES)
         for name, allowed in (("methods", METHODS), ("workloads", WORKLOADS), ("reference_workloads", WORKLOADS)):
             bad = [v for v in getattr(self, name) if v not in allowed]
             if bad or (name != "reference_workloads" and not getattr(self, name)):

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import torch
 
+from ..config import COMPILE_MODES
 from .cli import command_line, common_arguments, load_target, reports_errors
 
 # Dense bf16 tensor-core peaks from the vendors' data sheets (FLOP/s, without sparsity).
@@ -154,7 +155,7 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--eagle3-k-train", type=int, default=7, help="TTT steps")
     p.add_argument("--warmup", type=int, default=3, help="untimed steps first (compilation)")
     p.add_argument("--steps", type=int, default=10, help="timed steps")
-    p.add_argument("--compile", default="auto", choices=["auto", "on", "off"])
+    p.add_argument("--compile", default="auto", choices=COMPILE_MODES)
     p.add_argument("--max-examples", type=int, default=20000, help="examples read from --data")
 
 

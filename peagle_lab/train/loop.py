@@ -29,7 +29,7 @@ from typing import Iterable
 
 import torch
 
-from ..config import DRAFTER_METHODS, check_choice, check_int
+from ..config import COMPILE_MODES, DRAFTER_METHODS, check_choice, check_int
 from .checkpoint import TrainState, latest_checkpoint, load_checkpoint, save_checkpoint
 from .cod import CODConfig
 from .dist import DistInfo, all_reduce_min, all_reduce_sum, barrier
@@ -82,7 +82,7 @@ class TrainConfig:
     def __post_init__(self) -> None:
         check_choice("method", self.method, DRAFTER_METHODS)
         check_choice("amp", self.amp, ("auto", "bf16", "off"))
-        check_choice("compile", self.compile, ("auto", "on", "off"))
+        check_choice("compile", self.compile, COMPILE_MODES)
         for name, lo in (("steps", 1), ("batch_size", 1), ("row_len", 4), ("k_train", 1), ("seed", 0),
                          ("log_every", 1), ("ckpt_every", 0), ("keep_checkpoints", 1), ("eval_every", 0),
                          ("eval_prompts", 1), ("eval_max_new_tokens", 1), ("eval_concurrency", 1),

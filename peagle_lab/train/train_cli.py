@@ -15,6 +15,7 @@ from pathlib import Path
 
 import torch
 
+from ..config import COMPILE_MODES
 from .cli import command_line, common_arguments, load_target, reports_errors
 
 
@@ -59,7 +60,7 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--eval-prompts", type=int, default=c.eval_prompts)
     p.add_argument("--eval-max-new-tokens", type=int, default=c.eval_max_new_tokens)
     p.add_argument("--amp", default=c.amp, choices=["auto", "bf16", "off"])
-    p.add_argument("--compile", default=c.compile, choices=["auto", "on", "off"], help="torch.compile the step")
+    p.add_argument("--compile", default=c.compile, choices=COMPILE_MODES, help="torch.compile the step")
     p.add_argument("--head-dtype", default="float32", choices=["float32", "bfloat16"], help="dtype of out/head")
     p.add_argument("--tiny-examples", type=int, default=96, help="--tiny: training sequences to generate")
 
