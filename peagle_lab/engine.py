@@ -3,10 +3,14 @@
 One decode step for c requests (all rows padded to the same width, vLLM-style):
 
 ```
-state (last token, drafts [c, K], start positions)
- ─► target([c, K+1]) ─► logits, taps ─► verify ─► accepted n [c], next token [c]   (host reads n)
- ─► drafter (P-EAGLE: 1 pass, EAGLE-3: K passes) ─► drafts [c, K]
+state on the device: next token [c], drafts [c, K], start positions [c], active [c]
+ ─► verify part: target([c, K+1]) ─► verify ─► accepted n [c], next token [c], new state
+        │  (CUDA, temperature 0: one graph)        └─► tokens + n copied to pinned host memory
+ ─► drafter (P-EAGLE: 1 pass, EAGLE-3: K passes) ─► drafts [c, K]   (two graphs: prep, passes)
+ host: waits for that copy only, appends the accepted tokens, flags finished requests
 ```
+The host reads one small tensor a step, and reads it while the drafter runs, so on a GPU the
+next step's graph is queued before the current one ends and no kernel waits for Python.
 Plain decoding (``method="baseline"``) is the same loop with K = 0, so all three methods
 share the target code path, the KV-cache layout and the CUDA-graph treatment.
 
@@ -15,8 +19,8 @@ cache; positions past a request's accepted length are simply overwritten by the 
 so the KV of rejected tokens is never read.
 
 The step itself is :mod:`peagle_lab.step` (plain functions); this module adds what a serving
-loop needs around it: KV caches kept across calls (``reserve``), CUDA graphs of the target and
-drafter forwards, timing without host syncs, and vLLM's counters.
+loop needs around it: KV caches kept across calls (``reserve``), CUDA graphs of the verify part
+and the drafter, timing without host syncs, and vLLM's counters.
 """
 from __future__ import annotations
 
@@ -24,6 +28,7 @@ import functools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import torch
 
@@ -279,9 +284,40 @@ class SpecDecoder:
             return self._graphs.run(("target", tuple(ids.shape)), fn, ids, pos, slots)
         return fn(ids, pos, slots)
 
+    def _verify(self, st: "_State", cache, max_len: int, gen) -> "_Verified":
+        """The target over the bonus token and the drafts, then verification: one graph on CUDA.
+
+        At temperature 0 the whole part (the verify batch, the target, greedy verification and
+        the next state) replays as one CUDA graph whose inputs are the state's four tensors, so
+        the host launches one graph a step instead of a dozen small kernels; with sampling the
+        target alone is graphed (the verifier draws from a generator).
+        """
+        cfg = self.config
+
+        def part(nxt, start, active, *drafts):
+            d = drafts[0] if drafts else None
+            vids, vpos, vslots = step.verify_inputs(nxt, d, start, max_len, active)
+            logits, taps = step.target_step(self.target, cache, vids, vpos, vslots, taps=cfg.k > 0,
+                                            layer_fn=self._layer_fn)
+            pending = None if d is None else DraftResult(d, None, 0, None)
+            return _verified(logits, taps, vids, vpos, pending, start, active, 0.0, None, cfg.kernel_backend)
+
+        if self.use_graphs and cfg.temperature == 0:
+            args = (st.nxt, st.start, st.active) + (() if st.draft is None else (st.draft.tokens,))
+            return self._graphs.run(("verify", tuple(args[-1].shape), max_len), part, *args)
+        vids, vpos, vslots = step.verify_inputs(st.nxt, None if st.draft is None else st.draft.tokens, st.start,
+                                                max_len, st.active)
+        logits, taps = self._target(vids, vpos, vslots, cache)
+        return _verified(logits, taps, vids, vpos, st.draft, st.start, st.active, cfg.temperature, gen,
+                         cfg.kernel_backend)
+
+    def _drafter_eager(self, cache, ids, hidden, pos, slots, rows):
+        """One drafter pass without a graph (the prefill's, whose width changes), layers compiled if on."""
+        return run_drafter(self.drafter, cache, ids, hidden, pos, slots, rows, self._layer_fn)
+
     def _drafter_forward(self, cache, ids, hidden, pos, slots, rows):
         if not self.use_graphs:
-            return run_drafter(self.drafter, cache, ids, hidden, pos, slots, rows, self._layer_fn)
+            return self._drafter_eager(cache, ids, hidden, pos, slots, rows)
 
         def fn(ids, hidden, pos, slots, *rows):
             return run_drafter(self.drafter, cache, ids, hidden, pos, slots, rows[0] if rows else None, self._layer_fn)
@@ -313,7 +349,7 @@ class SpecDecoder:
             m0 = timer.mark() if timer else None
             batch = prep(taps, ids, pos, n, bonus)
             m1 = timer.mark() if timer else None
-            res = draft(batch, self._drafter_forward if decode else None)
+            res = draft(batch, self._drafter_forward if decode else self._drafter_eager)
             marks = (m0, m1, timer.mark() if timer else None)
         if self.on_draft is not None:
             self.on_draft(res)
@@ -360,36 +396,34 @@ class SpecDecoder:
 
         t0 = time.perf_counter()
         ids, pos, lens = step.pad_prompts(prompts, dev)
-        out = step.prefill(self.target, ids, pos, lens, cache_t, max_len, taps=K > 0)
+        out = step.prefill(self.target, ids, pos, lens, cache_t, max_len, taps=K > 0, layer_fn=self._layer_fn)
         nxt = step.sample(out.logits[:, 0], cfg.temperature, gen)
-        drafts = self._draft(cache_d, out.taps, ids, pos, lens - 1, nxt, max_len, gen)[0] if K else None
+        draft = self._draft(cache_d, out.taps, ids, pos, lens - 1, nxt, max_len, gen)[0] if K else None
         outputs = [[t] for t in nxt.tolist()]
         done = [step.finished(o, eos, max_new) for o in outputs]
-        start = lens.clone()  # position of each request's newest (not yet processed) token
+        # start: the position of each request's newest token (not yet processed by the target)
+        st = _State(nxt, draft, lens.clone(), _device_flags([not d for d in done], dev))
         prefill_s = time.perf_counter() - t0
 
         counts, trace, timer = _Counts(K), [], _Timer(dev)
         t1 = time.perf_counter()
         while not all(done):
-            active = torch.tensor([not d for d in done], device=dev)
             m0 = timer.mark()
-            vids, vpos, vslots = step.verify_inputs(nxt, drafts.tokens if K else None, start, max_len, active)
-            logits, taps = self._target(vids, vpos, vslots, cache_t)
-            if K:
-                res = step.verify(logits, drafts, cfg.temperature, gen, cfg.kernel_backend)
-                nxt, n, new_tokens = res.next_tokens, res.num_accepted, res.output_tokens.tolist()
-            else:
-                nxt = step.sample(logits[:, 0], cfg.temperature, gen)
-                n, new_tokens = torch.zeros(c, dtype=torch.long, device=dev), nxt[:, None].tolist()
+            v = self._verify(st, cache_t, max_len, gen)
             m1 = timer.mark()
-            accepted_now = step.accept(outputs, done, new_tokens, n.tolist(), eos, max_new)
+            rows = _Readback(v.packed)  # the accepted tokens travel to the host while the drafter runs
+            marks, forwards = None, 0
+            if K:  # drafted for every request: waiting to learn which ones finished would idle the GPU
+                draft, marks = self._draft(cache_d, v.taps, v.ids, v.positions, v.num_accepted, v.next_tokens,
+                                           max_len, gen, timer)
+                forwards = draft.num_forwards
+            packed = rows.wait()  # [c][K+2]: this step's new tokens (-1 padded), then accepted counts
+            was_done = list(done)
+            accepted_now = step.accept(outputs, done, [r[:-1] for r in packed], [r[-1] for r in packed], eos, max_new)
             if K:
                 counts.add(accepted_now)
-            start = torch.where(active, start + n + 1, start)
-            marks, forwards = None, 0
-            if K and not all(done):
-                drafts, marks = self._draft(cache_d, taps, vids, vpos, n, nxt, max_len, gen, timer)
-                forwards = drafts.num_forwards
+            active = st.active if done == was_done else _device_flags([not d for d in done], dev)
+            st = _State(v.next_tokens, draft, v.start, active)
             trace.append((len(trace), m0, m1, marks, tuple(accepted_now), forwards))
         if dev.type == "cuda":
             torch.cuda.synchronize()
@@ -433,6 +467,72 @@ class _Counts:
                 decode_s: float) -> Metrics:
         return Metrics(method, self.k, c, steps, self.drafts, self.drafts * self.k, self.accepted,
                        tuple(self.per_position), output_tokens, prefill_s, decode_s)
+
+
+@dataclass(frozen=True)
+class _State:
+    """What the decode loop carries from one step to the next, on the device."""
+
+    nxt: torch.Tensor  # [c] each request's newest token (the bonus), not yet seen by the target
+    draft: DraftResult | None  # the pending drafts, tokens [c, K]; None for plain decoding
+    start: torch.Tensor  # [c] the position of ``nxt``
+    active: torch.Tensor  # [c] bool, requests still decoding (finished ones write no KV)
+
+
+class _Verified(NamedTuple):
+    """One verify part's outputs (on CUDA at temperature 0, the static outputs of its graph)."""
+
+    ids: torch.Tensor  # [c, K+1] the verified batch
+    positions: torch.Tensor  # [c, K+1]
+    taps: torch.Tensor | None  # [c, K+1, 3H]
+    num_accepted: torch.Tensor  # [c]
+    next_tokens: torch.Tensor  # [c] the bonus token of the next step
+    start: torch.Tensor  # [c] its position
+    packed: torch.Tensor  # [c, K+2] the new tokens (-1 padded), then num_accepted: one host read
+
+
+def _verified(logits, taps, ids, positions, pending: DraftResult | None, start, active, temperature: float, gen,
+              backend: str) -> _Verified:
+    """Verify (or, without drafts, sample) and advance each active request's position."""
+    if pending is None:
+        nxt = step.sample(logits[:, 0], temperature, gen)
+        n, tokens = torch.zeros_like(nxt), nxt[:, None]
+    else:
+        res = step.verify(logits, pending, temperature, gen, backend)
+        nxt, n, tokens = res.next_tokens, res.num_accepted, res.output_tokens
+    start = torch.where(active, start + n + 1, start)
+    return _Verified(ids, positions, taps, n, nxt, start, torch.cat([tokens, n[:, None]], 1))
+
+
+class _Readback:
+    """A small device tensor on its way to the host: the copy starts now, ``wait`` returns its values.
+
+    On CUDA the copy goes to pinned memory behind an event, so the host waits for this copy
+    only, not for the work queued after it (the drafter's passes).
+    """
+
+    def __init__(self, t: torch.Tensor) -> None:
+        self.event = None
+        if t.device.type == "cuda":
+            self.host = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
+            self.host.copy_(t, non_blocking=True)
+            self.event = torch.cuda.Event()
+            self.event.record()
+        else:
+            self.host = t
+
+    def wait(self) -> list:
+        if self.event is not None:
+            self.event.synchronize()
+        return self.host.tolist()
+
+
+def _device_flags(flags: list[bool], device: torch.device) -> torch.Tensor:
+    """``flags`` as a bool tensor on ``device``, copied without a host synchronisation."""
+    t = torch.tensor(flags, dtype=torch.bool)
+    if device.type == "cuda":
+        return t.pin_memory().to(device, non_blocking=True)
+    return t.to(device)
 
 
 def _step_trace(timer: _Timer, i: int, m0: int, m1: int, marks, accepted: tuple[int, ...], forwards: int) -> StepTrace:
