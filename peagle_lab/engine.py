@@ -231,7 +231,8 @@ class SpecDecoder:
         self.use_graphs = config.cuda_graphs and self.device.type == "cuda"
         self.compiled = config.compile == "on" or (config.compile == "auto" and self.device.type == "cuda")
         # Decode steps run each decoder layer compiled; prefill, whose width changes with every
-        # batch, stays eager.
+        # batch, stays eager: compiled with symbolic widths it measured slower on the H200 (K sweep
+        # at 087f672, c = 1: 25-40 ms a request against 18-25 ms eager at f2401ec).
         self._layer_fn = compiled(call_layer) if self.compiled else None
         self._graphs = _Graphs()
         self._cache_t = self._cache_d = None
@@ -311,13 +312,9 @@ class SpecDecoder:
         return _verified(logits, taps, vids, vpos, st.draft, st.start, st.active, cfg.temperature, gen,
                          cfg.kernel_backend)
 
-    def _drafter_eager(self, cache, ids, hidden, pos, slots, rows):
-        """One drafter pass without a graph (the prefill's, whose width changes), layers compiled if on."""
-        return run_drafter(self.drafter, cache, ids, hidden, pos, slots, rows, self._layer_fn)
-
     def _drafter_forward(self, cache, ids, hidden, pos, slots, rows):
         if not self.use_graphs:
-            return self._drafter_eager(cache, ids, hidden, pos, slots, rows)
+            return run_drafter(self.drafter, cache, ids, hidden, pos, slots, rows, self._layer_fn)
 
         def fn(ids, hidden, pos, slots, *rows):
             return run_drafter(self.drafter, cache, ids, hidden, pos, slots, rows[0] if rows else None, self._layer_fn)
@@ -349,7 +346,7 @@ class SpecDecoder:
             m0 = timer.mark() if timer else None
             batch = prep(taps, ids, pos, n, bonus)
             m1 = timer.mark() if timer else None
-            res = draft(batch, self._drafter_forward if decode else self._drafter_eager)
+            res = draft(batch, self._drafter_forward if decode else None)
             marks = (m0, m1, timer.mark() if timer else None)
         if self.on_draft is not None:
             self.on_draft(res)
@@ -396,7 +393,7 @@ class SpecDecoder:
 
         t0 = time.perf_counter()
         ids, pos, lens = step.pad_prompts(prompts, dev)
-        out = step.prefill(self.target, ids, pos, lens, cache_t, max_len, taps=K > 0, layer_fn=self._layer_fn)
+        out = step.prefill(self.target, ids, pos, lens, cache_t, max_len, taps=K > 0)
         nxt = step.sample(out.logits[:, 0], cfg.temperature, gen)
         draft = self._draft(cache_d, out.taps, ids, pos, lens - 1, nxt, max_len, gen)[0] if K else None
         outputs = [[t] for t in nxt.tolist()]

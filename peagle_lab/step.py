@@ -182,9 +182,12 @@ def accept(outputs: list[list[int]], done: list[bool], new_tokens: list[list[int
     for b, (n, new) in enumerate(zip(num_accepted, new_tokens)):
         if done[b]:
             continue
-        outputs[b].extend(new[: n + 1])
+        kept = new[: n + 1]
+        outputs[b].extend(kept)
         accepted.append(n)
-        done[b] = finished(outputs[b], eos, max_new)
+        # Only the new tokens can hold a first EOS (an earlier one would have finished the request):
+        # rescanning every output each step made this loop quadratic in the response length.
+        done[b] = len(outputs[b]) >= max_new or any(t in eos for t in kept)
     return accepted
 
 
