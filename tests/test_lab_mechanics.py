@@ -61,7 +61,8 @@ def test_training_memory_reproduces_the_blogs_arithmetic():
     rows = {r.label: r for r in mechanics.training_memory(8192, 8, heads=1)}
     full = rows["all 8 depths (no COD)"]
     assert full.positions == 65536
-    assert full.score_gib == pytest.approx(8.0)  # 65536² bf16 scores: 8 GiB for one head
+    assert full.score_gib == pytest.approx(8.0) == full.score_gib_per_head  # 65536² bf16 scores: 8 GiB for one head
+    assert "8.00" in mechanics.format_training_memory([full])
     cod = CODConfig(num_depths=8)
     assert rows["COD (quotas)"].positions == sum(cod.quota(8190, d) for d in range(8))
     sizes = [rows[f"COD, S = {S} segments (largest)"].positions for S in (2, 4, 8)]

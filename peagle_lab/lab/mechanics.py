@@ -89,6 +89,11 @@ class MemoryRow:
     label: str  # what is run
     positions: int  # drafter rows in the largest single pass
     score_gib: float  # attention scores of that pass: positions² × bytes × heads, one layer
+    heads: int
+
+    @property
+    def score_gib_per_head(self) -> float:
+        return self.score_gib / self.heads
 
 
 def training_memory(seq_len: int = 8192, num_depths: int = 8, *, segments: Sequence[int] = (2, 4, 8),
@@ -110,7 +115,7 @@ def training_memory(seq_len: int = 8192, num_depths: int = 8, *, segments: Seque
     n = max(seq_len - 2, 0)  # anchors: the last two tokens have nothing two ahead to predict
 
     def row(label: str, rows: int) -> MemoryRow:
-        return MemoryRow(label, rows, rows * rows * bytes_per_score * heads / GIB)
+        return MemoryRow(label, rows, rows * rows * bytes_per_score * heads / GIB, heads)
 
     out = [row(f"all {num_depths} depths (no COD)", seq_len * num_depths),
            row("COD (quotas)", sum(cod.quota(n, d) for d in range(num_depths)))]
@@ -121,10 +126,11 @@ def training_memory(seq_len: int = 8192, num_depths: int = 8, *, segments: Seque
     return out
 
 
-def format_training_memory(rows: Sequence[MemoryRow], *, heads: int = 9, bytes_per_score: int = 2) -> str:
-    """The rows as a fixed-width table (the scores' unit stated in the header)."""
-    lines = [f"{'what runs':<34} {'rows':>7} {'scores (GiB, ' + str(heads) + ' heads × ' + str(bytes_per_score) + ' B)':>26}"]
-    lines += [f"{r.label:<34} {r.positions:>7} {r.score_gib:>26.2f}" for r in rows]
+def format_training_memory(rows: Sequence[MemoryRow], *, bytes_per_score: int = 2) -> str:
+    """The rows as a fixed-width table: rows, then score memory per head and over all heads (GiB)."""
+    heads = rows[0].heads if rows else 0
+    lines = [f"{'what runs':<34} {'rows':>7} {'GiB per head':>13} {f'GiB, {heads} heads':>13}   ({bytes_per_score} B per score)"]
+    lines += [f"{r.label:<34} {r.positions:>7} {r.score_gib_per_head:>13.2f} {r.score_gib:>13.2f}" for r in rows]
     return "\n".join(lines)
 
 

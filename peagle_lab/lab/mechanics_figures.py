@@ -117,7 +117,9 @@ def training_memory_figure(rows, measured=None) -> go.Figure:
                                  marker=dict(size=12, symbol="diamond", color="#F58518")))
     top = max([r.score_gib for r in rows] + [1.0])
     fig.update_yaxes(type="log", title="GiB (log scale)", range=[-0.5, math.log10(top) + 0.5])
-    fig.update_layout(title="one 8K-token sequence: attention scores of the largest pass", height=440,
+    heads = rows[0].heads if rows else 0
+    fig.update_layout(title=f"one training sequence: attention scores of the largest pass (one layer, {heads} heads)",
+                      height=440,
                       legend=dict(orientation="h", yanchor="bottom", y=1.0, x=0), margin=dict(t=110))
     return fig
 
