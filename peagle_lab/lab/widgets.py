@@ -207,6 +207,8 @@ class KModelExplorer:
     Args:
         bench: a parsed K-sweep ``bench.json`` (``docs/results/h200/k_scaling/bench.json``).
         workload / concurrency: where to start.
+        max_k: the model's curves run over K = 1..max_k (beyond the sweep's K, to show where a
+            peak would lie with other acceptance or costs).
 
     Attributes:
         fit: the ``KFit`` drawn now, sliders applied. figure / redraws: as in ``DraftBatchExplorer``.
@@ -215,8 +217,9 @@ class KModelExplorer:
     _RANGES = {"first": (0.0, 1.0, 0.01), "decay": (0.0, 1.0, 0.01), "pass_ms": (0.0, 2.0, 0.01),
                "verify_ms": (0.0, 10.0, 0.05), "verify_ms_per_token": (-0.1, 0.5, 0.005)}
 
-    def __init__(self, bench, workload: str = "chat", concurrency: int = 1) -> None:
+    def __init__(self, bench, workload: str = "chat", concurrency: int = 1, *, max_k: int = 12) -> None:
         self.bench, self.redraws, self._quiet = bench, 0, False
+        self.ks = list(range(1, max_k + 1))
         rows = [r for r in bench["rows"] if r["method"] in METHODS]
         style = {"description_width": "initial"}
         self.workload = w.Dropdown(options=sorted({r["workload"] for r in rows}), value=workload,
@@ -253,7 +256,7 @@ class KModelExplorer:
 
     def predicted_peaks(self) -> dict[str, int]:
         """Each method's predicted peak K under the current sliders."""
-        return {m: predicted_peak_k(model, self.fit.concurrency, self.fit.ks) for m, model in self.fit.models.items()}
+        return {m: predicted_peak_k(model, self.fit.concurrency, self.ks) for m, model in self.fit.models.items()}
 
     def redraw(self) -> None:
         """Apply the sliders to the fitted model and draw it."""
@@ -264,7 +267,7 @@ class KModelExplorer:
         for m in fit.models:
             fit = fit.with_model(m, **shared, **{p: self.sliders[m, p].value for p in ("first", "decay", "pass_ms")})
         self.fit = fit
-        self.figure = k_model_figure(fit)
+        self.figure = k_model_figure(fit, self.ks)
         self.redraws += 1
         with self.output:
             self.output.clear_output(wait=True)
