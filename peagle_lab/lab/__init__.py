@@ -9,6 +9,10 @@
 | ``figures``         | plotly figures, each a pure function of a result object              |
 | ``widgets``         | ipywidgets built from those figures                                  |
 | ``static``          | PNG copies of the committed notebooks' figures (no-JavaScript views)  |
+| ``kmodel``          | the analytic model of throughput against K, fitted to a K sweep      |
+| ``paper``           | the paper's published figures beside ours (notebook 5, docs/paper.md) |
+| ``mechanics``       | masks, memory arithmetic, KV writes and slot inputs, computed live   |
+| ``mechanics_figures`` | the figures of ``kmodel`` and ``mechanics``                        |
 
 Nothing in the library imports this package; ``import-linter`` keeps it that way.
 """

@@ -2,7 +2,8 @@
 
 - ``DraftBatchExplorer``: sliders for K, c and accepted counts over the draft-batch figure (notebook 2);
 - ``LiveFigure``: a figure redrawn in place from a growing result (the live sweep of notebook 5);
-- ``TrainingMonitor``: a ``Trainer`` callback drawing the loss and per-depth agreement live (notebook 6).
+- ``TrainingMonitor``: a ``Trainer`` callback drawing the loss and per-depth agreement live (notebook 6);
+- ``KModelExplorer``: sliders for the K model's acceptance and costs over its predicted curves (notebook 5).
 
 ``DraftBatchExplorer`` lays out a toy decode batch with ``prepare_draft_inputs`` and redraws
 the draft-batch figure whenever a slider moves:
@@ -24,10 +25,12 @@ import ipywidgets as w
 from IPython.display import Markdown, display
 
 from .figures import draft_batch_figure, figure_mime_bundle, training_curves_figure
+from .kmodel import METHODS, fit_k_model, predicted_peak_k
 from .layout import layout_toy_batch
+from .mechanics_figures import k_model_figure
 from ..train.loop import Callback
 
-__all__ = ["DraftBatchExplorer", "LiveFigure", "TrainingMonitor"]
+__all__ = ["DraftBatchExplorer", "LiveFigure", "TrainingMonitor", "KModelExplorer"]
 
 
 class DraftBatchExplorer:
@@ -188,3 +191,87 @@ class TrainingMonitor(Callback):
 
     def _ipython_display_(self) -> None:
         display(self.live)
+
+
+class KModelExplorer:
+    """Sliders over the K model (``peagle_lab.lab.kmodel``), redrawing its curves beside the measured ones.
+
+    ```
+     [workload ▾] [c ▾]                       (refits the model to that part of the sweep)
+     EAGLE-3: [a_1 ──●──] [decay ──●──] [pass ms ──●──]
+     P-EAGLE: [a_1 ──●──] [decay ──●──] [pass ms ──●──]
+     verify:  [ms ──●──]  [ms per token ──●──]
+     ┌ figure: decode tokens/s and AL against K, model dashed, sweep as markers ┐
+    ```
+
+    Args:
+        bench: a parsed K-sweep ``bench.json`` (``docs/results/h200/k_scaling/bench.json``).
+        workload / concurrency: where to start.
+        max_k: the model's curves run over K = 1..max_k (beyond the sweep's K, to show where a
+            peak would lie with other acceptance or costs).
+
+    Attributes:
+        fit: the ``KFit`` drawn now, sliders applied. figure / redraws: as in ``DraftBatchExplorer``.
+    """
+
+    _RANGES = {"first": (0.0, 1.0, 0.01), "decay": (0.0, 1.0, 0.01), "pass_ms": (0.0, 2.0, 0.01),
+               "verify_ms": (0.0, 10.0, 0.05), "verify_ms_per_token": (-0.1, 0.5, 0.005)}
+
+    def __init__(self, bench, workload: str = "chat", concurrency: int = 1, *, max_k: int = 12) -> None:
+        self.bench, self.redraws, self._quiet = bench, 0, False
+        self.ks = list(range(1, max_k + 1))
+        rows = [r for r in bench["rows"] if r["method"] in METHODS]
+        style = {"description_width": "initial"}
+        self.workload = w.Dropdown(options=sorted({r["workload"] for r in rows}), value=workload,
+                                   description="workload", style=style)
+        self.concurrency = w.Dropdown(options=sorted({r["concurrency"] for r in rows}), value=concurrency,
+                                      description="c", style=style)
+        self.sliders = {(m, p): self._slider(p) for m in METHODS for p in ("first", "decay", "pass_ms")}
+        self.sliders.update({(None, p): self._slider(p) for p in ("verify_ms", "verify_ms_per_token")})
+        self.output = w.Output()
+        boxes = [w.HBox([self.workload, self.concurrency])]
+        boxes += [w.HBox([w.Label(f"{m}:")] + [self.sliders[m, p] for p in ("first", "decay", "pass_ms")]) for m in METHODS]
+        boxes += [w.HBox([w.Label("verify:")] + [self.sliders[None, p] for p in ("verify_ms", "verify_ms_per_token")])]
+        self.widget = w.VBox(boxes + [self.output])
+        for dd in (self.workload, self.concurrency):
+            dd.observe(lambda _change: self.refit(), names="value")
+        for s in self.sliders.values():
+            s.observe(lambda _change: self.redraw(), names="value")
+        self.refit()
+
+    def _slider(self, param: str) -> w.FloatSlider:
+        lo, hi, step = self._RANGES[param]
+        return w.FloatSlider(min=lo, max=hi, step=step, description=param, continuous_update=False,
+                             readout_format=".3f", style={"description_width": "initial"})
+
+    def refit(self) -> None:
+        """Fit the model to the chosen workload and c, set the sliders to the fit, redraw."""
+        self.base = fit_k_model(self.bench, self.workload.value, self.concurrency.value)
+        self._quiet = True
+        for (m, p), s in self.sliders.items():
+            model = self.base.models[m or "peagle"]
+            s.value = getattr(model.acceptance if p in ("first", "decay") else model.costs, p)
+        self._quiet = False
+        self.redraw()
+
+    def predicted_peaks(self) -> dict[str, int]:
+        """Each method's predicted peak K under the current sliders."""
+        return {m: predicted_peak_k(model, self.fit.concurrency, self.ks) for m, model in self.fit.models.items()}
+
+    def redraw(self) -> None:
+        """Apply the sliders to the fitted model and draw it."""
+        if self._quiet:
+            return
+        fit = self.base
+        shared = {p: self.sliders[None, p].value for p in ("verify_ms", "verify_ms_per_token")}
+        for m in fit.models:
+            fit = fit.with_model(m, **shared, **{p: self.sliders[m, p].value for p in ("first", "decay", "pass_ms")})
+        self.fit = fit
+        self.figure = k_model_figure(fit, self.ks)
+        self.redraws += 1
+        with self.output:
+            self.output.clear_output(wait=True)
+            display(self.figure)
+
+    def _ipython_display_(self) -> None:
+        display(self.widget)
