@@ -102,6 +102,8 @@ def test_moved_bytes_accepts_the_hidden_rows_alone(capsys):
     assert capsys.readouterr().out.startswith("correct:")
     with pytest.raises(AssertionError, match="expected a number"):
         checks.check_moved_bytes("1.4 MB")
+    with pytest.raises(AssertionError, match="not answered yet"):
+        checks.check_moved_bytes(None)  # the exercise cell stopped at its stub before setting it
 
 
 # ---------------------------------------------------------------- notebook 6
