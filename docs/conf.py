@@ -3,14 +3,23 @@
 Built by ``bash scripts/dev/build_docs.sh`` (``sphinx-build -W --keep-going -n``): offline (no
 intersphinx), warning-free, and autodoc imports ``peagle_lab`` without loading any model.
 
+The notebooks: ``notebooks.md`` lists one page per notebook, rendered by myst-nb from copies of
+``../notebooks/*.ipynb`` with their committed outputs (nothing is executed). Each copy is
+written into ``notebooks/`` here at every build (never committed); its plotly figures become
+an interactive plotly div (plotly.js is bundled with the site, on those pages only) with the
+figure's PNG copy in a ``<noscript>``, so a reader without JavaScript sees the picture.
+
 The API reference: ``api.md`` lists the modules in ``api-modules`` directives; each becomes a
 table (module, first paragraph of its docstring) and a hidden toctree of one page per module,
 ``api/generated/<module>.rst`` (written here at every build, never committed).
 """
 from __future__ import annotations
 
+import base64
 import dataclasses
+import html
 import importlib
+import json
 import inspect
 import os
 import re
@@ -37,13 +46,13 @@ copyright = "peagle_lab contributors"  # noqa: A001 (Sphinx's name)
 release = "0.1.0"
 
 extensions = [
-    "myst_parser",
+    "myst_nb",  # myst-parser's Markdown, and notebooks as pages
     "sphinx.ext.autodoc",
     "sphinx.ext.napoleon",
 ]
 
 # Pages are Markdown; the per-module API pages written into api/generated/ are reStructuredText.
-source_suffix = {".md": "markdown", ".rst": "restructuredtext"}
+source_suffix = {".md": "myst-nb", ".ipynb": "myst-nb", ".rst": "restructuredtext"}
 root_doc = "index"
 # Data folders under results/ (model cards, logs, JSON) are files the pages point at, not pages.
 exclude_patterns = ["_build", "results/*/**"]
@@ -54,6 +63,12 @@ PAGES_IN_PROGRESS = ("reliability",)
 
 # --- Markdown -------------------------------------------------------------------------------
 myst_heading_anchors = 3  # [text](page.md#a-heading) links resolve, and are checked
+
+# --- Notebooks --------------------------------------------------------------------------------
+NOTEBOOKS_SRC = ROOT / "notebooks"
+NOTEBOOKS_DIR = DOCS / "notebooks"  # the copies myst-nb renders, written at every build
+nb_execution_mode = "off"  # the committed outputs are the record: never re-run a notebook here
+nb_output_stderr = "remove"  # warnings a cell printed are not part of the page
 
 # --- API reference --------------------------------------------------------------------------
 API_PAGE = DOCS / "api.md"
@@ -87,7 +102,6 @@ nitpick_ignore_regex = [
 # --- HTML -----------------------------------------------------------------------------------
 html_theme = "furo"
 html_title = "peagle_lab"
-html_static_path: list[str] = []
 html_show_sourcelink = False
 
 
@@ -311,10 +325,70 @@ def _drop_pages_in_progress(app, docname: str, source: list[str]) -> None:
             source[0] = re.sub(rf"^{re.escape(page)}[ \t]*\n", "", source[0], flags=re.MULTILINE)
 
 
+# --- The notebook pages ----------------------------------------------------------------------
+_PLOTLY = "application/vnd.plotly.v1+json"
+
+
+def _figure_html(figure: dict, png: str | None, div_id: str) -> str:
+    """An interactive plotly div for a figure's JSON, its PNG copy in a <noscript> beside it.
+
+    The figure is drawn on the page's ``load`` event: the theme loads plotly.js after the body.
+    """
+    layout = figure.get("layout") or {}
+    spec = json.dumps({"data": figure.get("data", []), "layout": layout}).replace("</", "<\\/")
+    alt = html.escape(str((layout.get("title") or {}).get("text") or "figure"))
+    still = f'<noscript><img src="data:image/png;base64,{png}" alt="{alt}"/></noscript>' if png else ""
+    height = layout.get("height") or 500
+    # The div gets its height only when the figure is drawn: without JavaScript it takes no room.
+    return (f'<div class="notebook-figure"><div id="{div_id}" style="width:100%"></div>'
+            f'<script type="application/json" id="{div_id}-spec">{spec}</script>'
+            f'<script>window.addEventListener("load", function () {{ var f = JSON.parse(document.getElementById('
+            f'"{div_id}-spec").textContent), el = document.getElementById("{div_id}"); el.style.height = "{height}px"; '
+            f'Plotly.newPlot(el, f.data, f.layout, {{responsive: true}}); }});</script>{still}</div>')
+
+
+def notebook_page(nb: dict, stem: str) -> dict:
+    """A notebook ready for myst-nb: every plotly output also carries ``text/html`` (see the module docstring)."""
+    for i, cell in enumerate(nb.get("cells", [])):
+        for j, out in enumerate(cell.get("outputs", [])):
+            data = out.get("data", {})
+            if _PLOTLY in data:  # myst-nb has no renderer for plotly's own mimetype: it gets HTML instead
+                png = data.get("image/png")
+                data["text/html"] = _figure_html(data.pop(_PLOTLY), "".join(png) if isinstance(png, list) else png,
+                                                 f"figure-{stem}-{i}-{j}")
+    return nb
+
+
+def _write_notebook_pages(app) -> None:
+    shutil.rmtree(NOTEBOOKS_DIR, ignore_errors=True)
+    NOTEBOOKS_DIR.mkdir(parents=True)
+    for path in sorted(NOTEBOOKS_SRC.glob("*.ipynb")):
+        page = notebook_page(json.loads(path.read_text()), path.stem)
+        (NOTEBOOKS_DIR / path.name).write_text(json.dumps(page, ensure_ascii=False))
+
+
+def _plotly_on_notebook_pages(app, pagename, templatename, context, doctree) -> None:
+    if pagename.startswith("notebooks/"):
+        app.add_js_file("plotly.min.js")
+
+
+def _copy_plotly_js(app, exception) -> None:
+    """plotly.js from the installed plotly package into the site's ``_static`` (no CDN: the site works offline)."""
+    if exception is None and app.builder.format == "html":
+        import plotly
+
+        static = Path(app.outdir) / "_static"
+        static.mkdir(parents=True, exist_ok=True)
+        shutil.copy(Path(plotly.__file__).parent / "package_data" / "plotly.min.js", static / "plotly.min.js")
+
+
 def setup(app):
     app.add_directive("api-modules", ApiModules)
     app.add_transform(RepositoryLinks)
     app.connect("builder-inited", _write_api_pages)
+    app.connect("builder-inited", _write_notebook_pages)
+    app.connect("html-page-context", _plotly_on_notebook_pages)
+    app.connect("build-finished", _copy_plotly_js)
     app.connect("source-read", _drop_pages_in_progress)
     app.connect("autodoc-process-signature", _dataclass_factories)
     # Before napoleon (priority 500), which reads the sections this rewrites.

@@ -23,6 +23,9 @@ stage unit-tests .venv/bin/python -m pytest -q -p no:cacheprovider
 # One OpenMP thread: on a 2-core runner two threads spin-wait on each other (15-40x slower).
 stage notebooks env OMP_NUM_THREADS=1 .venv/bin/python -m pytest -q -p no:cacheprovider \
   --nbval-lax notebooks/
+# The workshop's student copies and solutions notebooks, built from notebooks/ into build/workshop/
+# (tests/test_student_copies.py checks that each exercise fails in the copy and passes in the source).
+stage student-notebooks .venv/bin/python scripts/dev/build_student_notebooks.py --out build/workshop
 # The documentation site (Sphinx, warnings are errors) with the API reference.
 stage docs bash scripts/dev/build_docs.sh
 # The shipped heads against a real vLLM (CPU build, its own venv): see .ci/vllm_step.sh.

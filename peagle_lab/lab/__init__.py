@@ -6,6 +6,8 @@
 | ``walkthrough``     | one decode step taken apart with :mod:`peagle_lab.step`               |
 | ``train_walkthrough`` | the small training experiments of notebooks 3 and 6                |
 | ``exercises``       | the workshop exercises' solutions                                    |
+| ``checks``          | the exercise cells' checks: a hint until the answer is right         |
+| ``student_copies``  | student copies and solutions notebooks built from the notebooks      |
 | ``figures``         | plotly figures, each a pure function of a result object              |
 | ``widgets``         | ipywidgets built from those figures                                  |
 | ``static``          | PNG copies of the committed notebooks' figures (no-JavaScript views)  |

@@ -1,7 +1,8 @@
-"""Solutions to the workshop exercises at the end of notebooks 1, 2 and 4 (checked by tests).
+"""Worked solutions to the workshop exercises of the notebooks (checked by tests).
 
-Try each exercise in its notebook first; the notebook cell that follows calls the solution
-here, and ``tests/test_exercises.py`` checks every solution against the library.
+Try each exercise in its notebook first: the check cell under it (:mod:`peagle_lab.lab.checks`)
+compares your answer with the solution here, and ``tests/test_exercises.py`` checks every
+solution against the library.
 
 | notebook | exercise                                                | solution                                  |
 | -------- | ------------------------------------------------------- | ----------------------------------------- |

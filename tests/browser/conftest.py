@@ -1,11 +1,13 @@
-"""A headless JupyterLab server and Debian's Chromium (through Playwright) for the browser test.
+"""A headless JupyterLab server and Debian's Chromium (through Playwright) for the browser tests.
 
-The test never skips silently: without Chromium or Playwright it fails and says how to install
+One server and one browser serve every notebook of the module (both are module fixtures).
+The tests never skip silently: without Chromium or Playwright it fails and says how to install
 them (``bash scripts/dev/install_browser.sh``; Playwright comes with the notebook extra). Set
 ``PEAGLE_LAB_SKIP_BROWSER=1`` to skip it on purpose on a machine that cannot run a browser.
 """
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import shutil
@@ -20,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+REPO = Path(__file__).resolve().parents[2]
 CHROMIUM = "/usr/bin/chromium"
 # Headless, sandbox-free (CI runs as root) and quiet on a closed network.
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -39,9 +42,26 @@ class Lab:
     log: Path
 
     def serve(self, notebook: Path) -> str:
-        """Copy ``notebook`` into the served folder; return its name there."""
-        shutil.copy(notebook, self.root / notebook.name)
-        return notebook.name
+        """Copy ``notebook`` into the served folder's ``notebooks/``; return its path there.
+
+        The served folder also links to the checkout's ``docs/``, so the copy's relative
+        paths (``../docs/results/…``) read the committed results as the original does.
+        """
+        (self.root / "notebooks").mkdir(exist_ok=True)
+        docs = self.root / "docs"
+        if not docs.exists():
+            docs.symlink_to(REPO / "docs", target_is_directory=True)
+        shutil.copy(notebook, self.root / "notebooks" / notebook.name)
+        return f"notebooks/{notebook.name}"
+
+    def shutdown_kernels(self) -> None:
+        """Stop every kernel the server runs (each notebook's, once its test is done)."""
+        def call(method: str, path: str):
+            req = urllib.request.Request(f"{self.url}{path}?token={self.token}", method=method)
+            with urllib.request.urlopen(req, timeout=30) as r:
+                return json.loads(r.read() or b"null")
+        for kernel in call("GET", "/api/kernels"):
+            call("DELETE", f"/api/kernels/{kernel['id']}")
 
     def log_tail(self, n: int = 40) -> str:
         lines = self.log.read_text(errors="replace").splitlines() if self.log.exists() else []

@@ -1,0 +1,220 @@
+"""The checks behind the notebooks' exercise cells: each fails with a hint until the answer is right.
+
+An exercise cell (tagged ``exercise``) asks for a function or a number; the cell after it
+calls ``check_<name>(answer)``. The check tries the answer on inputs of its own, compares
+it with the worked solution in :mod:`peagle_lab.lab.exercises`, and either raises an
+``AssertionError`` whose message says what is off and where to look, or prints one line
+starting with ``correct:``. A stub still raising ``NotImplementedError`` gets a hint too.
+Every check needs only what the notebook's first code cell imports, so a student can retry
+one exercise without re-running the notebook.
+
+| notebook | exercise                                        | check                          |
+| -------- | ----------------------------------------------- | ------------------------------ |
+| 1        | acceptance length of independent drafts         | :func:`check_acceptance_length` |
+| 1        | tokens/s of each method from one step's parts    | :func:`check_tokens_per_second` |
+| 4        | ``fill_draft_hidden`` as one gather              | :func:`check_fill_by_gather`    |
+| 4        | bytes the fused kernels move at c = 64, K = 7    | :func:`check_moved_bytes`       |
+| 6        | train a head of either method on the tiny data   | :func:`check_train_head`        |
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+from . import exercises
+
+__all__ = ["check_acceptance_length", "check_tokens_per_second", "check_fill_by_gather", "check_moved_bytes",
+           "check_train_head"]
+
+_STUB = ("not answered yet: replace the line `raise NotImplementedError(\"your code here\")` in the exercise "
+         "cell above with your code, run that cell, then this one")
+
+
+def _call(fn, *args, **kwargs):
+    """``fn(*args, **kwargs)``; a stub or a wrong signature becomes an AssertionError with a hint."""
+    if not callable(fn):
+        raise AssertionError(f"expected a function, got {type(fn).__name__}: define it with `def` in the cell above")
+    try:
+        return fn(*args, **kwargs)
+    except NotImplementedError:
+        raise AssertionError(_STUB) from None
+    except TypeError as e:
+        raise AssertionError(f"calling your function failed ({e}): keep the signature the exercise gives") from None
+
+
+def _correct(message: str) -> None:
+    print(f"correct: {message}")
+
+
+# ---------------------------------------------------------------- notebook 1
+def check_acceptance_length(acceptance_length) -> None:
+    """Check ``acceptance_length(alpha, k)``: tokens per step when each draft is accepted with probability alpha.
+
+    >>> check_acceptance_length(exercises.expected_acceptance_length)
+    correct: AL(0.8, K=9) = 4.46 against 3.69 at K=5: four more drafts buy 0.77 tokens per step
+    >>> check_acceptance_length(lambda alpha, k: alpha * k)
+    Traceback (most recent call last):
+    AssertionError: with K = 0 nothing is drafted, yet every step still yields the target's own token: AL(alpha, 0) must be 1, yours is 0.0
+    """
+    if _call(acceptance_length, 0.5, 0) != 1:
+        raise AssertionError("with K = 0 nothing is drafted, yet every step still yields the target's own token: "
+                             f"AL(alpha, 0) must be 1, yours is {_call(acceptance_length, 0.5, 0)}")
+    got = _call(acceptance_length, 1.0, 4)
+    if not math.isclose(got, 5.0):
+        raise AssertionError(f"with alpha = 1 every draft is accepted, so AL = K + 1 (K drafts and the bonus token): "
+                             f"AL(1.0, 4) must be 5, yours is {got} (watch a division by 1 - alpha)")
+    for alpha, k in ((0.8, 9), (0.8, 5), (0.5, 1), (0.0, 3), (0.95, 12)):
+        got, want = _call(acceptance_length, alpha, k), exercises.expected_acceptance_length(alpha, k)
+        if not math.isclose(got, want, rel_tol=1e-6):
+            raise AssertionError(
+                f"AL(alpha={alpha}, K={k}) should be {want:.4f}, yours is {got:.4f}. Draft i counts only if drafts "
+                f"1..i were all accepted, with probability alpha^i; the bonus token always counts: "
+                f"AL = 1 + alpha + alpha^2 + ... + alpha^K")
+    al9, al5 = _call(acceptance_length, 0.8, 9), _call(acceptance_length, 0.8, 5)
+    _correct(f"AL(0.8, K=9) = {al9:.2f} against {al5:.2f} at K=5: four more drafts buy {al9 - al5:.2f} tokens per step")
+
+
+def check_tokens_per_second(tokens_per_second) -> None:
+    """Check ``tokens_per_second(method, *, verify_ms, pass_ms, k, alpha, prep_ms=0.0)`` against the step model.
+
+    >>> check_tokens_per_second(exercises.predicted_tokens_per_second)
+    correct: with verify 10 ms, a 2 ms drafter pass, alpha = 0.5, K = 4: EAGLE-3 107.6 tok/s, P-EAGLE 161.5 tok/s
+    """
+    base = dict(verify_ms=10.0, pass_ms=2.0, k=4, alpha=0.5)
+    got = {m: _call(tokens_per_second, m, **base) for m in ("eagle3", "peagle")}
+    want = {m: exercises.predicted_tokens_per_second(m, **base) for m in ("eagle3", "peagle")}
+    for m in got:
+        if math.isclose(got[m], want[m] / 1000, rel_tol=1e-6):
+            raise AssertionError(f"{m}: {got[m]:.4f} is tokens per millisecond; the times are in ms, so multiply by 1000")
+    if math.isclose(got["eagle3"], got["peagle"], rel_tol=1e-9):
+        raise AssertionError("EAGLE-3 and P-EAGLE came out equal at K = 4: EAGLE-3 pays K drafter passes per step, "
+                             "P-EAGLE one")
+    cases = [dict(base), dict(base, prep_ms=1.5), dict(verify_ms=20.0, pass_ms=3.0, k=9, alpha=0.8, prep_ms=0.5),
+             dict(verify_ms=5.0, pass_ms=0.0, k=1, alpha=0.0)]
+    for kw in cases:
+        for m in ("eagle3", "peagle"):
+            g, w = _call(tokens_per_second, m, **kw), exercises.predicted_tokens_per_second(m, **kw)
+            if not math.isclose(g, w, rel_tol=1e-6):
+                hint = ("include prep_ms in the step's time" if kw.get("prep_ms") else
+                        "a step costs verify_ms + prep_ms + (passes x pass_ms) and yields AL tokens "
+                        "(exercises.expected_acceptance_length); tokens/s = 1000 x AL / step_ms")
+                args = ", ".join(f"{key}={v}" for key, v in kw.items())
+                raise AssertionError(f"{m} with {args}: expected {w:.2f} tok/s, yours is {g:.2f}; {hint}")
+    _correct(f"with verify 10 ms, a 2 ms drafter pass, alpha = 0.5, K = 4: EAGLE-3 {want['eagle3']:.1f} tok/s, "
+             f"P-EAGLE {want['peagle']:.1f} tok/s")
+
+
+# ---------------------------------------------------------------- notebook 4
+class _WhereShapes(TorchFunctionMode):
+    """Record the shapes ``torch.where`` returns inside the block (to spot a where over [N, H])."""
+
+    def __init__(self):
+        super().__init__()
+        self.shapes: list[tuple[int, ...]] = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if func in (torch.where, torch.Tensor.where) and isinstance(out, torch.Tensor):
+            self.shapes.append(tuple(out.shape))
+        return out
+
+
+def _fill_cases():
+    from ..kernels.fill_draft_hidden import fill_draft_hidden_ref
+    from .layout import random_decode_batch
+
+    for c, k, dtype, seed in ((4, 3, torch.float32, 7), (1, 1, torch.float32, 1), (5, 6, torch.bfloat16, 3)):
+        batch = random_decode_batch(c, k, seed=seed)
+        d = batch.layout(k, mask_token_id=16, max_len=4096, backend="torch")
+        g = torch.Generator().manual_seed(seed)
+        hidden = torch.randn(c * (k + 1), 32, generator=g).to(dtype)  # [c*T, H]
+        shared = torch.randn(32, generator=g).to(dtype)  # [H]
+        yield (hidden, d.hidden_mapping, d.is_masked, shared), fill_draft_hidden_ref(hidden, d.hidden_mapping,
+                                                                                    d.is_masked, shared)
+
+
+def check_fill_by_gather(fill_by_gather) -> None:
+    """Check ``fill_by_gather(hidden, hidden_mapping, is_masked, shared_hidden)``: bit-equal to the reference,
+    with no ``torch.where`` over the ``[N, H]`` output.
+
+    >>> check_fill_by_gather(exercises.fill_draft_hidden_by_gather)
+    correct: bit-identical to fill_draft_hidden_ref on 3 ragged batches, float32 and bfloat16, one gather
+    """
+    for args, want in _fill_cases():
+        with _WhereShapes() as seen:
+            got = _call(fill_by_gather, *args)
+        if not isinstance(got, torch.Tensor) or got.shape != want.shape or got.dtype != want.dtype:
+            shown = f"{tuple(got.shape)} {got.dtype}" if isinstance(got, torch.Tensor) else type(got).__name__
+            raise AssertionError(f"expected a tensor {tuple(want.shape)} {want.dtype} ([N, H], the dtype of hidden), "
+                                 f"got {shown}")
+        bad = (got != want).any(-1)  # [N]
+        if bad.any():
+            mapping, masked = args[1], args[2]
+            kind = ["mask slots (they take shared_hidden)" if masked[i] else
+                    "padding slots (they are zeros)" if mapping[i] < 0 else
+                    "context/bonus slots (they copy hidden[hidden_mapping])" for i in bad.nonzero()[:, 0].tolist()]
+            raise AssertionError(f"{int(bad.sum())} of {len(bad)} rows differ from fill_draft_hidden_ref, "
+                                 f"first among the {kind[0]}")
+        wide = [s for s in seen.shapes if len(s) >= 2]
+        if wide:
+            raise AssertionError(f"right values, but torch.where produced a {list(wide[0])} tensor: choose the rows "
+                                 "with one index vector [N] and gather them all at once (index_select on a table "
+                                 "with two extra rows, shared_hidden and zeros)")
+    _correct("bit-identical to fill_draft_hidden_ref on 3 ragged batches, float32 and bfloat16, one gather")
+
+
+def check_moved_bytes(moved: float) -> None:
+    """Check the estimate of the bytes the fused pair moves at c = 64, K = 7, H = 576, bf16, 3 accepted.
+
+    Within 15 % of the full count passes: the hidden states are most of it.
+
+    >>> check_moved_bytes(exercises.draft_batch_bytes([3] * 64, 7, 576))
+    correct: 1.38 MB (the full count, index arrays included, is 1.38 MB)
+    """
+    want = exercises.draft_batch_bytes([3] * 64, 7, 576, hidden_bytes=2)
+    if moved is None:
+        raise AssertionError(_STUB)
+    if not isinstance(moved, (int, float)) or isinstance(moved, bool):
+        raise AssertionError(f"expected a number of bytes, got {type(moved).__name__}")
+    out_rows = 64 * 14 * 576 * 2  # the [c*R, H] output alone
+    if moved < 0.5 * want:
+        raise AssertionError(f"{moved / 1e6:.3f} MB is too little: the fill writes c x R rows of H bfloat16 values "
+                             f"(R = 2K = 14 slots per request: {out_rows / 1e6:.2f} MB alone) and reads the n + 1 "
+                             "target rows each request uses")
+    if moved > 1.15 * want:
+        raise AssertionError(f"{moved / 1e6:.3f} MB is too much: count each row once, 2 bytes per bfloat16 value, "
+                             "and only the n + 1 = 4 target rows each request uses (not all K + 1)")
+    if moved < 0.85 * want:
+        raise AssertionError(f"{moved / 1e6:.3f} MB is close but short: did you count both the rows read (n + 1 per "
+                             "request, and shared_hidden) and the rows written (c x R)?")
+    _correct(f"{moved / 1e6:.2f} MB (the full count, index arrays included, is {want / 1e6:.2f} MB)")
+
+
+# ---------------------------------------------------------------- notebook 6
+def check_train_head(train_head, *, steps: int = 20) -> None:
+    """Check ``train_head(setup, method, steps)`` -> ``(drafter, TrainResult)`` on a short run of each method.
+
+    Trains two one-layer heads for ``steps`` steps on ``train_walkthrough.tiny_setup()`` (a few
+    seconds on a CPU).
+    """
+    from .train_walkthrough import tiny_setup
+
+    setup = tiny_setup()
+    for method in ("eagle3", "peagle"):
+        out = _call(train_head, setup, method, steps)
+        if not (isinstance(out, tuple) and len(out) == 2):
+            raise AssertionError(f"train_head should return (drafter, run), got {type(out).__name__}")
+        drafter, run = out
+        got_method = getattr(getattr(drafter, "config", None), "method", None)
+        if got_method != method:
+            raise AssertionError(f"train_head(setup, {method!r}, ...) returned a head for {got_method!r}: pass the "
+                                 "method on to new_drafter and to TrainConfig")
+        if getattr(run, "steps", None) != steps:
+            raise AssertionError(f"asked for {steps} steps, the run reports {getattr(run, 'steps', None)}: "
+                                 "return what Trainer(...).run() returns, with TrainConfig(steps=steps)")
+        if not run.last_loss < run.first_loss:
+            raise AssertionError(f"{method}: the loss did not fall ({run.first_loss:.3f} -> {run.last_loss:.3f}): "
+                                 "train the drafter you return, on setup.train, with section 2's learning rate")
+    _correct(f"both methods train ({steps} steps each: the loss falls, the heads are the methods asked for)")

@@ -1,0 +1,179 @@
+"""Student copies and solutions notebooks (peagle_lab.lab.student_copies): built for every notebook; each
+exercise passes its check in the source and fails it in the student copy; broken conventions are named."""
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from peagle_lab.lab import student_copies as sc
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+
+
+def _nb(*cells: dict) -> dict:
+    return {"cells": list(cells), "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+
+
+def _code(src: str, cid: str, tags=()) -> dict:
+    return {"cell_type": "code", "id": cid, "metadata": {"tags": list(tags)} if tags else {}, "source": src,
+            "outputs": [{"output_type": "stream", "name": "stdout", "text": "old output"}], "execution_count": 3}
+
+
+EXERCISE = _code("# NBVAL_CHECK_OUTPUT\ndef double(x):\n    # BEGIN SOLUTION\n    return 2 * x\n    # END SOLUTION\n",
+                 "ex1", ["exercise"])
+CHECK = _code("check_double(double)", "chk1")
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    out = tmp_path_factory.mktemp("workshop")
+    return out, sc.build_workshop(NOTEBOOKS, out)
+
+
+def test_every_notebook_gets_a_student_copy(built):
+    out, written = built
+    assert [p.name for p in written["student"]] == [p.name for p in NOTEBOOKS]
+    with_exercises = [p for p in NOTEBOOKS if sc.exercise_cells(json.loads(p.read_text()), str(p))]
+    assert {p.stem for p in with_exercises} >= {"01_single_pass_drafting", "04_fused_kernels",
+                                                 "06_train_your_own_head"}
+    assert [p.name for p in written["solutions"]] == [f"{p.stem}_solutions.ipynb" for p in with_exercises]
+
+
+def test_student_copies_hold_no_solution_and_no_output(built):
+    out, written = built
+    for path in written["student"]:
+        nb = json.loads(path.read_text())
+        code = "".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code")
+        assert sc.BEGIN not in code and sc.END not in code, path.name
+        assert all(not c.get("outputs") and c.get("execution_count") is None
+                   for c in nb["cells"] if c["cell_type"] == "code"), path.name
+    student = json.loads((out / "student" / "04_fused_kernels.ipynb").read_text())
+    sources = ["".join(c["source"]) for c in student["cells"] if c["cell_type"] == "code"]
+    assert sum(s.count(sc.STUB) for s in sources) == 2
+    assert not any("index_select" in s for s in sources if sc.STUB in s)  # the answer is gone, not just hidden
+
+
+def test_solutions_keep_the_answers_and_outputs(built):
+    out, _ = built
+    source = json.loads((ROOT / "notebooks" / "04_fused_kernels.ipynb").read_text())
+    sol = json.loads((out / "solutions" / "04_fused_kernels_solutions.ipynb").read_text())
+    assert [c["id"] for c in sol["cells"][1:]] == [c["id"] for c in source["cells"]]
+    assert [c.get("outputs") for c in sol["cells"][1:]] == [c.get("outputs") for c in source["cells"]]
+    assert sum("# BEGIN SOLUTION" in "".join(c["source"]) for c in sol["cells"] if c["cell_type"] == "code") == 2
+    assert "Solutions" in "".join(sol["cells"][0]["source"])
+
+
+def test_relative_paths_are_rebased_to_the_copy(built):
+    out, _ = built
+    student = json.loads((out / "student" / "04_fused_kernels.ipynb").read_text())
+    src = next("".join(c["source"]) for c in student["cells"] if "kernels.json" in "".join(c["source"]))
+    rel = src.split('Path("')[1].split('")')[0]
+    assert (out / "student" / rel).resolve() == (ROOT / "docs" / "results" / "h200" / "kernels.json").resolve()
+
+
+def test_strip_keeps_indentation_and_code_around_the_region():
+    src = "x = 1\nif x:\n    # BEGIN SOLUTION\n    y = 2\n    # END SOLUTION\nprint(x)"
+    assert sc.strip_solutions(src) == f"x = 1\nif x:\n    {sc.STUB}\nprint(x)"
+
+
+@pytest.mark.parametrize("src, message", [
+    ("def f():\n    # BEGIN SOLUTION\n    return 1\n", "'# BEGIN SOLUTION' at line 2 has no '# END SOLUTION' after it"),
+    ("x = 1\n# END SOLUTION\n", "line 2 has '# END SOLUTION' without a '# BEGIN SOLUTION'"),
+    ("# BEGIN SOLUTION\n# BEGIN SOLUTION\n# END SOLUTION\n", "line 2 opens a solution region inside"),
+])
+def test_broken_regions_name_the_notebook_and_cell(src, message):
+    nb = _nb(_code("import x", "setup"), _code(src, "abc123", ["exercise"]), CHECK)
+    with pytest.raises(sc.NotebookConventionError) as e:
+        sc.student_notebook(nb, "notebooks/09_demo.ipynb")
+    assert str(e.value).startswith("notebooks/09_demo.ipynb, cell 1 (id abc123): ")
+    assert message in str(e.value)
+
+
+@pytest.mark.parametrize("cells, message", [
+    ((_code("# BEGIN SOLUTION\nx = 1\n# END SOLUTION\n", "u1"), CHECK), "not tagged 'exercise': tag it"),
+    ((_code("x = 1\n", "u2", ["exercise"]), CHECK), "has no '# BEGIN SOLUTION' region"),
+    ((EXERCISE, _code("print(double(2))", "u3")), "must call a check_<name>(...)"),
+    ((EXERCISE,), "must call a check_<name>(...)"),
+])
+def test_convention_errors(cells, message):
+    with pytest.raises(sc.NotebookConventionError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        sc.exercise_cells(_nb(*cells), "nb.ipynb")
+
+
+def test_student_notebook_stubs_and_clears():
+    student = sc.student_notebook(_nb(_code("import x", "setup"), EXERCISE, CHECK), "nb.ipynb")
+    assert student["cells"][0]["cell_type"] == "markdown" and "Student copy" in student["cells"][0]["source"]
+    assert student["cells"][2]["source"] == f"# NBVAL_CHECK_OUTPUT\ndef double(x):\n    {sc.STUB}\n"
+    assert [c["id"] for c in student["cells"][1:]] == ["setup", "ex1", "chk1"]
+    assert all(c["outputs"] == [] for c in student["cells"][1:])
+
+
+def test_the_script_stops_on_a_broken_notebook(tmp_path):
+    bad = tmp_path / "09_broken.ipynb"
+    bad.write_text(json.dumps(_nb(_code("# BEGIN SOLUTION\nx = 1\n", "c0", ["exercise"]), CHECK)))
+    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "dev" / "build_student_notebooks.py"), str(bad),
+                          "--out", str(tmp_path / "out")], capture_output=True, text=True, cwd=ROOT,
+                         env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert out.returncode == 1
+    assert f"error: {bad}, cell 0 (id c0): '# BEGIN SOLUTION' at line 1 has no" in out.stderr
+    assert not (tmp_path / "out").exists()
+
+
+# ---------------------------------------------------------------- exercises run: source passes, student fails
+def _exercises():
+    for path in NOTEBOOKS:
+        nb = json.loads(path.read_text())
+        for n, (ex, chk) in enumerate(sc.exercise_cells(nb, str(path))):
+            yield pytest.param(path, ex, chk, id=f"{path.stem[:2]}-exercise{n + 1}")
+
+
+_SETUP: dict[Path, dict] = {}
+
+
+def _setup_namespace(path: Path, nb: dict) -> dict:
+    """What the notebook's first code cell defines (run once per notebook, from notebooks/)."""
+    if path not in _SETUP:
+        first = next(c for c in nb["cells"] if c["cell_type"] == "code")
+        ns: dict = {"__name__": "__main__"}
+        with contextlib.redirect_stdout(io.StringIO()):
+            exec(compile("".join(first["source"]), f"{path.name}[setup]", "exec"), ns)
+        _SETUP[path] = ns
+    return dict(_SETUP[path])
+
+
+def _run(path: Path, nb: dict, cells: list[int]) -> str:
+    ns, out = _setup_namespace(path, nb), io.StringIO()
+    with contextlib.redirect_stdout(out):
+        for i in cells:
+            exec(compile("".join(nb["cells"][i]["source"]), f"{path.name}[{i}]", "exec"), ns)
+    return out.getvalue()
+
+
+@pytest.mark.parametrize("path, ex, chk", list(_exercises()))
+def test_exercise_passes_in_the_source_and_fails_in_the_student_copy(path, ex, chk, monkeypatch):
+    monkeypatch.chdir(path.parent)
+    source = json.loads(path.read_text())
+    printed = _run(path, source, [ex, chk])
+    assert printed.splitlines()[-1].startswith("correct:"), printed
+    student = sc.student_notebook(source, str(path))
+    shift = len(student["cells"]) - len(source["cells"])  # the banner cell
+    with pytest.raises((AssertionError, NotImplementedError)) as e:
+        _run(path, student, [ex + shift, chk + shift])
+    assert e.type is NotImplementedError or "not answered yet" in str(e.value)
+
+
+def test_committed_check_cells_show_a_correct_answer():
+    """The committed outputs come from a solved run: every check cell printed its ``correct:`` line."""
+    for path in NOTEBOOKS:
+        nb = json.loads(path.read_text())
+        for _, chk in sc.exercise_cells(nb, str(path)):
+            text = "".join("".join(o.get("text", "")) for o in nb["cells"][chk].get("outputs", []))
+            assert text.startswith("correct:"), f"{path.name}, cell {chk}: re-run the notebook ({text[:80]!r})"
