@@ -139,6 +139,23 @@ CACHE_COLORS = {"empty": "#FFFFFF", "context (kept)": "#C7C7C7", "written by thi
                 "trash row (slot −1)": "#E45756"}
 
 
+def _category_map(z, x, y, kinds, colors: dict, *, hover: str, xtitle: str, title: str, height: int,
+                  text=None) -> go.Figure:
+    """A heatmap whose cells are categories ``kinds[z]``, rows top-down, one legend square per kind but the first."""
+    n = len(kinds) - 1
+    fig = go.Figure(go.Heatmap(z=z, x=x, y=y, text=text, texttemplate="%{text}" if text else None, zmin=0, zmax=n,
+                               showscale=False, xgap=2, ygap=2, hovertemplate=hover,
+                               colorscale=[[i / n, colors[k]] for i, k in enumerate(kinds)]))
+    for kind in kinds[1:]:
+        fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=kind,
+                                 marker=dict(symbol="square", size=12, color=colors[kind])))
+    fig.update_yaxes(autorange="reversed")
+    fig.update_xaxes(title=xtitle)
+    fig.update_layout(title=title, height=height, plot_bgcolor="#F4F4F4",
+                      legend=dict(orientation="h", yanchor="bottom", y=1.02, x=0), margin=dict(t=100))
+    return fig
+
+
 def kv_cache_figure(write) -> go.Figure:
     """The cache rows of every request before and after the pass (``mechanics.kv_write``).
 
@@ -158,19 +175,11 @@ def kv_cache_figure(write) -> go.Figure:
             z.append(kinds)
             text.append(["" if v == 0 else "ctx" if v < 0 else str(int(v)) for v in row])
             y.append(f"request {b}, {when}")
-    n = len(CACHE_KINDS) - 1
-    fig = go.Figure(go.Heatmap(z=z, x=x, y=y, text=text, texttemplate="%{text}", zmin=0, zmax=n, showscale=False,
-                               colorscale=[[i / n, CACHE_COLORS[k]] for i, k in enumerate(CACHE_KINDS)],
-                               xgap=2, ygap=2, hovertemplate="%{y}, position %{x}: %{text}<extra></extra>"))
-    for kind in CACHE_KINDS[1:]:
-        fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=kind,
-                                 marker=dict(symbol="square", size=12, color=CACHE_COLORS[kind])))
-    fig.update_yaxes(autorange="reversed")
-    fig.update_xaxes(title="position in the request's cache block (cells: the draft row that wrote it, + 1)")
-    fig.update_layout(title="the drafter's KV cache before and after one pass: slot −1 writes land in the trash row",
-                      height=200 + 45 * len(y), plot_bgcolor="#F4F4F4",
-                      legend=dict(orientation="h", yanchor="bottom", y=1.02, x=0), margin=dict(t=100))
-    return fig
+    return _category_map(z, x, y, CACHE_KINDS, CACHE_COLORS, text=text,
+                         hover="%{y}, position %{x}: %{text}<extra></extra>",
+                         xtitle="position in the request's cache block (cells: the draft row that wrote it, + 1)",
+                         title="the drafter's KV cache before and after one pass: slot −1 writes land in the trash row",
+                         height=200 + 45 * len(y))
 
 
 def slot_inputs_figure(slots) -> go.Figure:
@@ -204,16 +213,7 @@ def inference_mask_figure(mask) -> go.Figure:
          for row in mask.visible.tolist()]
     y = [f"slot {i} ({k}, pos {p})" for i, (k, p) in enumerate(zip(mask.kinds, mask.positions))]
     x = [str(p) for p in range(len(mask.key_kind))]
-    n = len(MASK_KEY_KINDS) - 1
-    fig = go.Figure(go.Heatmap(z=z, x=x, y=y, zmin=0, zmax=n, showscale=False, xgap=2, ygap=2,
-                               colorscale=[[i / n, MASK_KEY_COLORS[k]] for i, k in enumerate(MASK_KEY_KINDS)],
-                               hovertemplate="%{y} → key at position %{x}<extra></extra>"))
-    for kind in MASK_KEY_KINDS[1:]:
-        fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=kind,
-                                 marker=dict(symbol="square", size=12, color=MASK_KEY_COLORS[kind])))
-    fig.update_yaxes(autorange="reversed")
-    fig.update_xaxes(title="key: position in the request's cache block")
-    fig.update_layout(title="the drafter's attention at inference: causal by position over the cache",
-                      height=260 + 30 * len(y), plot_bgcolor="#F4F4F4",
-                      legend=dict(orientation="h", yanchor="bottom", y=1.02, x=0), margin=dict(t=100))
-    return fig
+    return _category_map(z, x, y, MASK_KEY_KINDS, MASK_KEY_COLORS, hover="%{y} → key at position %{x}<extra></extra>",
+                         xtitle="key: position in the request's cache block",
+                         title="the drafter's attention at inference: causal by position over the cache",
+                         height=260 + 30 * len(y))
