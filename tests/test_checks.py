@@ -124,11 +124,11 @@ def test_leaky_mask(capsys):
     checks.check_leaky_mask(ex.leaky_chain_mask, False)
     out = capsys.readouterr().out
     assert out.startswith("correct: your mask leaks as asked; one pass still trains, but with S = 2")
-    assert "they do not exist yet" in out
+    assert "those drafts do not exist yet" in out
 
 
 @pytest.mark.parametrize("mask, prediction, hint", [
-    (ex.leaky_chain_mask, True, "leaks as asked, but not the prediction"),
+    (ex.leaky_chain_mask, True, "leaks as asked, but the prediction is off"),
     (chain_mask, False, "that is the correct chain mask, nothing leaks"),
     (_mask(lambda aq, dq, ak, dk: ak <= aq), False, "a deeper draft of its own chain"),  # the own chain leaks too
     (_mask(lambda aq, dq, ak, dk: (dk == 0) | (ak == aq) & (dk <= dq)), False, "a later anchor's element"),

@@ -277,14 +277,13 @@ def check_leaky_mask(leaky_mask, partitions_still_match) -> None:
     from .train_walkthrough import partition_gradient_check
 
     err = partition_gradient_check((2,), mask=leaky_mask)[2]["max_grad_rel_error"]
-    why = ("a segment recomputes only its own chains and the depth-0 context of earlier anchors, so the other chains' "
-           "drafts a leaky query reads in one pass are missing from its segment")
+    why = ("a segment recomputes only its own chains and earlier anchors' depth-0 context, not the other chains' "
+           "drafts a leaky query reads")
     if partitions_still_match:
-        raise AssertionError(f"your mask leaks as asked, but not the prediction: with S = 2 segments the gradients "
-                             f"differ from one pass's by {err:.0e} (relative); {why}")
+        raise AssertionError(f"your mask leaks as asked, but the prediction is off: with S = 2 segments the gradients "
+                             f"differ from one pass's by {err:.2g} (relative); {why}")
     _correct(f"your mask leaks as asked; one pass still trains, but with S = 2 segments the gradients differ from one "
-             f"pass's by {err:.0e} (relative): {why}. At inference no chain can see another's drafts: they do not "
-             "exist yet")
+             f"pass's by {err:.2g} (relative): {why}. At inference those drafts do not exist yet")
 
 
 def check_cod_kept(kept, without_cod) -> None:
