@@ -6,6 +6,7 @@ import torch
 
 from peagle_lab.lab import checks
 from peagle_lab.lab import exercises as ex
+from peagle_lab.train import chain_mask
 
 
 def stub(*args, **kwargs):
@@ -61,6 +62,107 @@ def _tps(passes, *, scale=1000.0, prep=True):
 def test_tokens_per_second_hints(wrong, hint):
     with pytest.raises(AssertionError, match=hint):
         checks.check_tokens_per_second(wrong)
+
+
+# ---------------------------------------------------------------- notebook 2
+def test_draft_row(capsys):
+    checks.check_draft_row(ex.draft_row_by_hand)
+    assert capsys.readouterr().out.startswith("correct: the request's 8 slots (bonus at slot 1, mask positions 22-24")
+
+
+def _row(**change):
+    """``draft_row_by_hand`` with one field's rule replaced: ``change[field](row, token_ids, positions, n, k)``."""
+    def draft_row(token_ids, positions, num_accepted, bonus_token, *, k, mask_token_id):
+        row = ex.draft_row_by_hand(token_ids, positions, num_accepted, bonus_token, k=k, mask_token_id=mask_token_id)
+        return dict(row, **{f: rule(row, token_ids, positions, num_accepted, k) for f, rule in change.items()})
+    return draft_row
+
+
+@pytest.mark.parametrize("wrong, hint", [
+    (_row(input_ids=lambda r, t, p, n, k: t[:n] + r["input_ids"][n:]), "slot 0 \\(context\\).*shift by one"),
+    (_row(hidden_mapping=lambda r, t, p, n, k: [i - (i == n) if i <= n else -1 for i in range(len(r["positions"]))]),
+     "slot 1 \\(bonus\\) has hidden_mapping 0, expected 1"),  # the bonus slot given the previous position's state
+    (_row(positions=lambda r, t, p, n, k: [p[min(i, n)] if i < n + k else 0 for i in range(len(r["positions"]))]),
+     "slot 2 \\(mask\\) has positions 21, expected 22.*keep counting"),
+    (_row(positions=lambda r, t, p, n, k: [p[n] + i - n if i >= n else p[i] for i in range(len(r["positions"]))]),
+     "slot 5 \\(padding\\) has positions 25, expected 0.*go to the end of the row"),
+    (_row(is_masked=lambda r, t, p, n, k: r["is_masked"] + [False]), "R = T \\+ K - 1 = 8"),
+    (lambda *a, **kw: [1, 2, 3], "return a dict with the lists input_ids"),
+    (stub, "not answered yet"),
+])
+def test_draft_row_hints(wrong, hint):
+    with pytest.raises(AssertionError, match=hint):
+        checks.check_draft_row(wrong)
+
+
+def test_padding_slots(capsys):
+    checks.check_padding_slots(9.0)
+    assert capsys.readouterr().out.startswith("correct: 9 of the batch's 32 slots are padding: K - n = 4, 0, 2, 3")
+
+
+@pytest.mark.parametrize("wrong, hint", [
+    (7, "drafts the requests kept"), (5, "the bonus slot does not use up"), (12, "number of mask slots"),
+    (23, "number of live slots"), (32, "every slot of the batch"), (10, "10 is off: each request has R"),
+    (None, "not answered yet"), ("9", "expected a whole number"), (8.5, "expected a whole number"),
+])
+def test_padding_slots_hints(wrong, hint):
+    with pytest.raises(AssertionError, match=hint):
+        checks.check_padding_slots(wrong)
+
+
+# ---------------------------------------------------------------- notebook 3
+def _mask(visible):
+    """The exercise's scaffold around a visibility rule ``visible(aq, dq, ak, dk)`` (the part the student writes)."""
+    def leaky_mask(anchor_q, depth_q, anchor_k, depth_k, valid_k):
+        m = visible(anchor_q[:, :, None], depth_q[:, :, None], anchor_k[:, None, :], depth_k[:, None, :])
+        m = m & valid_k[:, None, :]
+        return (m | ~m.any(-1, keepdim=True))[:, None]
+    return leaky_mask
+
+
+def test_leaky_mask(capsys):
+    checks.check_leaky_mask(ex.leaky_chain_mask, False)
+    out = capsys.readouterr().out
+    assert out.startswith("correct: your mask leaks as asked; one pass still trains, but with S = 2")
+    assert "those drafts do not exist yet" in out
+
+
+@pytest.mark.parametrize("mask, prediction, hint", [
+    (ex.leaky_chain_mask, True, "leaks as asked, but the prediction is off"),
+    (chain_mask, False, "that is the correct chain mask, nothing leaks"),
+    (_mask(lambda aq, dq, ak, dk: ak <= aq), False, "a deeper draft of its own chain"),  # the own chain leaks too
+    (_mask(lambda aq, dq, ak, dk: (dk == 0) | (ak == aq) & (dk <= dq)), False, "a later anchor's element"),
+    (_mask(lambda aq, dq, ak, dk: (ak < aq) & (dk > 0) | (ak == aq) & (dk <= dq)), False,
+     "which the correct mask shows"),  # the leak, but earlier anchors' context lost
+    (_mask(lambda aq, dq, ak, dk: (dk <= 1) & (ak < aq) | (ak == aq) & (dk <= dq)), False,
+     "that is the leak asked for"),  # half a leak: earlier chains' depth 1 only
+    (lambda aq, dq, ak, dk, valid: ex.leaky_chain_mask(aq, dq, ak, dk, valid)[:, 0], False, "expected a boolean mask"),
+    (stub, False, "not answered yet"),
+    (ex.leaky_chain_mask, None, "not answered yet"),  # the mask written, the prediction not
+    (ex.leaky_chain_mask, "no", "True or False"),
+])
+def test_leaky_mask_hints(mask, prediction, hint):
+    with pytest.raises(AssertionError, match=hint):
+        checks.check_leaky_mask(mask, prediction)
+
+
+
+def test_cod_kept(capsys):
+    checks.check_cod_kept(ex.cod_kept_elements(1000, 8), 8000)
+    assert capsys.readouterr().out.startswith("correct: COD keeps 3374 of 8000 elements (42%)")
+
+
+@pytest.mark.parametrize("kept, without_cod, hint", [
+    (3373, 8000, "round each depth up"), (3373.1, 8000, "round each depth up"),  # no ceil
+    (3141.1733, 8000, "without the floor r_min"), (3144, 8000, "without the floor r_min"),
+    (3574, 8000, "one depth too many"), (2574, 8000, "depth 0 keeps every anchor"),
+    (8000, 8000, "that is every element, without COD"), (3000, 8000, "3000 is off"),
+    (3374, 9000, "n x K_train = 1000 x 8"), (None, 8000, "not answered yet"), (3374, None, "not answered yet"),
+    ("3374", 8000, "should be a number"),
+])
+def test_cod_kept_hints(kept, without_cod, hint):
+    with pytest.raises(AssertionError, match=hint):
+        checks.check_cod_kept(kept, without_cod)
 
 
 # ---------------------------------------------------------------- notebook 4

@@ -12,6 +12,10 @@ one exercise without re-running the notebook.
 | -------- | ----------------------------------------------- | ------------------------------ |
 | 1        | acceptance length of independent drafts         | :func:`check_acceptance_length` |
 | 1        | tokens/s of each method from one step's parts    | :func:`check_tokens_per_second` |
+| 2        | ``draft_row``: one request's slots, by hand       | :func:`check_draft_row`         |
+| 2        | padding slots of a decode step                   | :func:`check_padding_slots`     |
+| 3        | ``leaky_mask`` and what it does to partitioning  | :func:`check_leaky_mask`        |
+| 3        | elements COD keeps at n = 1000, K_train = 8      | :func:`check_cod_kept`          |
 | 4        | ``fill_draft_hidden`` as one gather              | :func:`check_fill_by_gather`    |
 | 4        | bytes the fused kernels move at c = 64, K = 7    | :func:`check_moved_bytes`       |
 | 6        | train a head of either method on the tiny data   | :func:`check_train_head`        |
@@ -25,7 +29,8 @@ from torch.overrides import TorchFunctionMode
 
 from . import exercises
 
-__all__ = ["check_acceptance_length", "check_tokens_per_second", "check_fill_by_gather", "check_moved_bytes",
+__all__ = ["check_acceptance_length", "check_tokens_per_second", "check_draft_row", "check_padding_slots",
+           "check_leaky_mask", "check_cod_kept", "check_fill_by_gather", "check_moved_bytes",
            "check_train_head"]
 
 _STUB = ("not answered yet: replace the line `raise NotImplementedError(\"your code here\")` in the exercise "
@@ -104,6 +109,225 @@ def check_tokens_per_second(tokens_per_second) -> None:
                 raise AssertionError(f"{m} with {args}: expected {w:.2f} tok/s, yours is {g:.2f}; {hint}")
     _correct(f"with verify 10 ms, a 2 ms drafter pass, alpha = 0.5, K = 4: EAGLE-3 {want['eagle3']:.1f} tok/s, "
              f"P-EAGLE {want['peagle']:.1f} tok/s")
+
+
+# ---------------------------------------------------------------- notebook 2
+_ROW_FIELDS = ("input_ids", "positions", "hidden_mapping", "is_masked")
+_SLOT_RULES = {
+    "context": "a context slot i carries the next token, token_ids[i + 1], with positions[i] and hidden source i: "
+               "EAGLE's shift by one",
+    "bonus": "the bonus slot (slot n, right after the n context slots) carries bonus_token with the last kept "
+             "position, positions[n], and that position's hidden state (hidden source n)",
+    "mask": "the K - 1 mask slots carry mask_token_id, no target row (hidden source -1) and is_masked True; their "
+            "positions keep counting after the bonus slot's",
+    "padding": "the K - n padding slots (the rejected drafts' slots) go to the end of the row: token 0, position 0, "
+               "hidden source -1, not masked",
+}
+
+
+def _slot_kind(i: int, n: int, k: int) -> str:
+    return "context" if i < n else "bonus" if i == n else "mask" if i < n + k else "padding"
+
+
+def _rows_to_check():
+    from .layout import random_decode_batch
+
+    yield [50, 51, 52, 53, 54], [20, 21, 22, 23, 24], 1, 500, 4  # the exercise's request first
+    for k, seed in ((3, 0), (1, 1), (6, 2), (2, 5), (5, 8)):
+        b = random_decode_batch(1, k, seed=seed)
+        for n in (int(b.num_accepted[0]), 0, k):  # a random count, then nothing and everything kept
+            yield b.token_ids[0].tolist(), b.positions[0].tolist(), n, int(b.bonus_tokens[0]), k
+
+
+def check_draft_row(draft_row) -> None:
+    """Check ``draft_row(token_ids, positions, num_accepted, bonus_token, *, k, mask_token_id)``: one request's
+    R = T + K - 1 slots, as lists ``input_ids``, ``positions``, ``hidden_mapping`` and ``is_masked``.
+
+    Compared slot by slot with ``exercises.draft_row_by_hand`` (itself tested against
+    ``prepare_draft_inputs``), on the exercise's request and on random ones.
+
+    >>> check_draft_row(exercises.draft_row_by_hand)
+    correct: the request's 8 slots (bonus at slot 1, mask positions 22-24, 3 padding slots) and 15 random requests' slots are the kernel's
+    >>> def no_shift(token_ids, positions, num_accepted, bonus_token, *, k, mask_token_id):
+    ...     row = exercises.draft_row_by_hand(token_ids, positions, num_accepted, bonus_token, k=k,
+    ...                                       mask_token_id=mask_token_id)
+    ...     return dict(row, input_ids=token_ids[:num_accepted] + row["input_ids"][num_accepted:])
+    >>> check_draft_row(no_shift)
+    Traceback (most recent call last):
+    AssertionError: T = 5, K = 4, 1 kept, bonus 500: slot 0 (context) has input_ids 50, expected 51; a context slot i carries the next token, token_ids[i + 1], with positions[i] and hidden source i: EAGLE's shift by one
+    """
+    cases = list(_rows_to_check())
+    for tokens, pos, n, bonus, k in cases:
+        got = _call(draft_row, list(tokens), list(pos), n, bonus, k=k, mask_token_id=99)
+        want = exercises.draft_row_by_hand(tokens, pos, n, bonus, k=k, mask_token_id=99)
+        if not isinstance(got, dict) or any(f not in got for f in _ROW_FIELDS):
+            raise AssertionError(f"return a dict with the lists {', '.join(_ROW_FIELDS)}; got "
+                                 f"{sorted(got) if isinstance(got, dict) else type(got).__name__}")
+        got = {f: got[f].tolist() if isinstance(got[f], torch.Tensor) else list(got[f]) for f in _ROW_FIELDS}
+        where, R = f"T = {len(tokens)}, K = {k}, {n} kept, bonus {bonus}", len(tokens) + k - 1
+        for f in _ROW_FIELDS:
+            if len(got[f]) != R:
+                raise AssertionError(f"{where}: {f} has {len(got[f])} slots, the request has R = T + K - 1 = {R} "
+                                     "(every request gets the same number: n context, the bonus, K - 1 mask slots "
+                                     "and K - n padding)")
+        for i in range(R):
+            for f in _ROW_FIELDS:
+                if got[f][i] != want[f][i]:
+                    kind = _slot_kind(i, n, k)
+                    raise AssertionError(f"{where}: slot {i} ({kind}) has {f} {got[f][i]!r}, expected "
+                                         f"{want[f][i]!r}; {_SLOT_RULES[kind]}")
+    _correct(f"the request's 8 slots (bonus at slot 1, mask positions 22-24, 3 padding slots) and {len(cases) - 1} "
+             "random requests' slots are the kernel's")
+
+
+def check_padding_slots(padding) -> None:
+    """Check the count of padding slots in a decode step with K = 4 and accepted counts ``[0, 4, 2, 1]``.
+
+    >>> check_padding_slots(exercises.num_padding_slots([0, 4, 2, 1], k=4))
+    correct: 9 of the batch's 32 slots are padding: K - n = 4, 0, 2, 3 per request, the rejected drafts; none writes KV (slot -1) or is sampled
+    >>> check_padding_slots(7)
+    Traceback (most recent call last):
+    AssertionError: 7 is the number of drafts the requests kept; padding takes the slots of the drafts they rejected
+    """
+    accepted, k = [0, 4, 2, 1], 4
+    want = exercises.num_padding_slots(accepted, k)
+    if padding is None:
+        raise AssertionError(_STUB)
+    if isinstance(padding, bool) or not isinstance(padding, (int, float)) or not math.isfinite(padding) \
+            or padding != int(padding):
+        raise AssertionError(f"expected a whole number of slots, got {padding!r}")
+    slots, live = len(accepted) * 2 * k, sum(n + k for n in accepted)
+    hints = {
+        sum(accepted): f"{sum(accepted)} is the number of drafts the requests kept; padding takes the slots of the "
+                       "drafts they rejected",
+        want - len(accepted): "the bonus slot does not use up a rejected draft's slot: after the n context slots come "
+                              "the bonus slot and K - 1 mask slots, n + K live slots of R = 2K",
+        len(accepted) * (k - 1): f"{len(accepted) * (k - 1)} is the number of mask slots, and those are live: they "
+                                 "draft tokens 2..K",
+        live: f"{live} is the number of live slots (n + K per request); padding is the rest of the R = 2K slots",
+        slots: f"{slots} is every slot of the batch (R = 2K = 8 per request); only the unused ones are padding",
+    }
+    if padding != want:
+        raise AssertionError(hints.get(int(padding), f"{int(padding)} is off: each request has R = T + K - 1 = 2K = 8 "
+                                       "slots, of which n context, 1 bonus and K - 1 mask slots are live; count the "
+                                       "rest, request by request"))
+    _correct(f"{want} of the batch's {slots} slots are padding: K - n = {', '.join(str(k - n) for n in accepted)} per "
+             "request, the rejected drafts; none writes KV (slot -1) or is sampled")
+
+
+# ---------------------------------------------------------------- notebook 3
+def _mask_cases():
+    from ..train import CODConfig, sample_elements
+
+    g = torch.Generator().manual_seed(0)
+    for lengths in ((12,), (14, 9)):
+        els = [sample_elements(n, torch.arange(n) >= 2, CODConfig(num_depths=3), g) for n in lengths]
+        S = max(len(e) for e in els)
+        anchor, depth = torch.zeros(len(els), S, dtype=torch.long), torch.zeros(len(els), S, dtype=torch.long)
+        valid = torch.zeros(len(els), S, dtype=torch.bool)  # [B, S]: the second row is padded
+        for b, e in enumerate(els):
+            anchor[b, :len(e)], depth[b, :len(e)], valid[b, :len(e)] = e.anchor, e.depth, True
+        yield anchor, depth, valid
+
+
+def _mask_hint(q: tuple[int, int], key: tuple[int, int], shown: bool, valid: bool) -> str:
+    (a, d), (ak, dk) = q, key
+    pair = f"query (a={a}, d={d}) {'sees' if shown else 'does not see'} key (a'={ak}, d'={dk})"
+    if shown and not valid:
+        return f"{pair}, a padding key: padding stays hidden"
+    if shown and ak > a:
+        return f"{pair}, a later anchor's element: that is the future, hidden even with the leak"
+    if shown and ak == a:
+        return f"{pair}, a deeper draft of its own chain, which comes after it: keep d' <= d within the chain"
+    if not shown and ak < a and dk > 0:
+        return (f"{pair}: that is the leak asked for, earlier anchors' deeper elements must be visible "
+                "(drop d' = 0 for a' < a)")
+    return f"{pair}, which the correct mask shows (context d' = 0 with a' <= a, or its own chain up to d): keep it"
+
+
+def check_leaky_mask(leaky_mask, partitions_still_match) -> None:
+    """Check ``leaky_mask`` (``chain_mask`` with the deeper elements of earlier chains visible too), then the
+    prediction ``partitions_still_match`` (True or False) with one run of the partitioned gradient check.
+
+    >>> check_leaky_mask(exercises.leaky_chain_mask, False)  # doctest: +ELLIPSIS
+    correct: your mask leaks as asked; one pass still trains, but with S = 2 segments the gradients differ from one pass's by ...
+    """
+    from ..train import chain_mask
+
+    for anchor, depth, valid in _mask_cases():
+        got = _call(leaky_mask, anchor, depth, anchor, depth, valid)
+        want = exercises.leaky_chain_mask(anchor, depth, anchor, depth, valid)
+        if not isinstance(got, torch.Tensor) or got.shape != want.shape:
+            shown = tuple(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__
+            raise AssertionError(f"expected a boolean mask {tuple(want.shape)} ([B, 1, Q, S], as chain_mask), "
+                                 f"got {shown}")
+        got = got.bool()
+        if torch.equal(got, chain_mask(anchor, depth, anchor, depth, valid)):
+            raise AssertionError("that is the correct chain mask, nothing leaks: let a query also see the deeper "
+                                 "elements (d' > 0) of earlier anchors (a' < a), i.e. drop d' = 0 for earlier anchors")
+        bad = (got != want)[:, 0] & valid[:, :, None]  # [B, Q, S]: padding queries do not count
+        if bad.any():
+            b, q, s = bad.nonzero()[0].tolist()
+            query, key = (int(anchor[b, q]), int(depth[b, q])), (int(anchor[b, s]), int(depth[b, s]))
+            raise AssertionError(_mask_hint(query, key, bool(got[b, 0, q, s]), bool(valid[b, s])))
+    if partitions_still_match is None:
+        raise AssertionError(_STUB)
+    if not isinstance(partitions_still_match, bool):
+        raise AssertionError(f"partitions_still_match should be True or False, got {partitions_still_match!r}")
+    from .train_walkthrough import partition_gradient_check
+
+    err = partition_gradient_check((2,), mask=leaky_mask)[2]["max_grad_rel_error"]
+    why = ("a segment recomputes only its own chains and earlier anchors' depth-0 context, not the other chains' "
+           "drafts a leaky query reads")
+    if partitions_still_match:
+        raise AssertionError(f"your mask leaks as asked, but the prediction is off: with S = 2 segments the gradients "
+                             f"differ from one pass's by {err:.2g} (relative); {why}")
+    _correct(f"your mask leaks as asked; one pass still trains, but with S = 2 segments the gradients differ from one "
+             f"pass's by {err:.2g} (relative): {why}. At inference those drafts do not exist yet")
+
+
+def check_cod_kept(kept, without_cod) -> None:
+    """Check the elements COD keeps for n = 1000 loss-bearing anchors at K_train = 8 (r = 0.7, r_min = 0.2), and
+    the count without COD.
+
+    >>> check_cod_kept(exercises.cod_kept_elements(1000, 8), 8 * 1000)
+    correct: COD keeps 3374 of 8000 elements (42%): 1000, 700, 490, 343, 241, then 200 at each of depths 5-7
+    >>> check_cod_kept(3373.1, 8000)
+    Traceback (most recent call last):
+    AssertionError: 3373.1 is close: a depth keeps a whole number of elements, ceil(n * max(r^d, r_min)), so round each depth up (240.1 -> 241) before adding
+    """
+    from ..train import CODConfig
+
+    n, depths = 1000, 8
+    quotas = [CODConfig(depths, 0.7, 0.2).quota(n, d) for d in range(depths)]  # [1000, 700, 490, 343, 241, 200, ...]
+    want = exercises.cod_kept_elements(n, depths)
+    for name, value in (("kept", kept), ("without_cod", without_cod)):
+        if value is None:
+            raise AssertionError(_STUB)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise AssertionError(f"{name} should be a number of elements, got {value!r}")
+    if without_cod != n * depths:
+        raise AssertionError(f"without COD every anchor keeps every depth: n x K_train = {n} x {depths} elements "
+                             f"(depths 0..{depths - 1}), not {without_cod}")
+    if kept == want:
+        _correct(f"COD keeps {want} of {n * depths} elements ({100 * want / (n * depths):.0f}%): "
+                 f"{', '.join(map(str, quotas[:5]))}, then {quotas[5]} at each of depths 5-{depths - 1}")
+        return
+    unrounded = sum(n * max(0.7 ** d, 0.2) for d in range(depths))  # 3373.1
+    no_floor = sum(n * 0.7 ** d for d in range(depths))  # 3141.2: r_min forgotten
+    if math.floor(unrounded) <= kept < want:
+        raise AssertionError(f"{kept} is close: a depth keeps a whole number of elements, ceil(n * max(r^d, r_min)), "
+                             "so round each depth up (240.1 -> 241) before adding")
+    hints = [(math.floor(no_floor) <= kept <= math.ceil(no_floor) + depths,
+              "without the floor r_min: depth d keeps n * max(r^d, r_min), so depths 5-7 keep 200 each, not 168.1, "
+              "117.6 and 82.4"),
+             (kept == want + 200, f"K_train = {depths} means depths 0..{depths - 1}: one depth too many"),
+             (kept in (want - n, want - n + 200), "depth 0 keeps every anchor: start the sum with n, then depths "
+                                                 f"1..{depths - 1}"),
+             (kept == n * depths, "that is every element, without COD")]
+    raise AssertionError(next((h for cond, h in hints if cond),
+                              f"{kept} is off: COD keeps all n = {n} anchors at depth 0 and ceil(n * max(r^d, r_min)) "
+                              f"at depth d = 1..{depths - 1} (CODConfig.quota(n, d) gives one depth's count)"))
 
 
 # ---------------------------------------------------------------- notebook 4
