@@ -14,7 +14,8 @@ def stub(*args, **kwargs):
 
 
 @pytest.mark.parametrize("check", [checks.check_acceptance_length, checks.check_tokens_per_second,
-                                   checks.check_fill_by_gather, checks.check_train_head])
+                                   checks.check_fill_by_gather, checks.check_train_head,
+                                   checks.check_speedup_at_equal_acceptance])
 def test_a_stub_gets_the_not_answered_hint(check):
     with pytest.raises(AssertionError, match="not answered yet: replace the line `raise NotImplementedError"):
         check(stub)
@@ -231,3 +232,25 @@ def test_train_head(capsys):
 def test_train_head_must_pass_the_method_on():
     with pytest.raises(AssertionError, match="returned a head for 'eagle3'"):
         checks.check_train_head(_train_head("eagle3"), steps=12)
+
+
+# ---------------------------------------------------------------- notebook 5
+def test_speedup_at_equal_acceptance(capsys):
+    checks.check_speedup_at_equal_acceptance(ex.speedup_at_equal_acceptance)
+    assert capsys.readouterr().out.startswith("correct: verify 1.2 ms")
+
+
+def _mean_verify(p, e):
+    return (p.verify_ms + e.verify_ms) / 2
+
+
+@pytest.mark.parametrize("wrong, hint", [
+    (lambda p, e: 1 / ex.speedup_at_equal_acceptance(p, e), "is EAGLE-3 over P-EAGLE"),
+    (lambda p, e: (e.verify_ms + e.prep_ms + e.draft_ms) / (p.verify_ms + p.prep_ms + p.draft_ms), "use their mean"),
+    (lambda p, e: (_mean_verify(p, e) + e.draft_ms) / (_mean_verify(p, e) + p.draft_ms), "prep_ms"),
+    (lambda p, e: e.draft_ms / p.draft_ms, "A step costs verify \\(the mean of the two\\)"),
+    (lambda p, e: "1.28", "return one number"),
+])
+def test_speedup_at_equal_acceptance_hints(wrong, hint):
+    with pytest.raises(AssertionError, match=hint):
+        checks.check_speedup_at_equal_acceptance(wrong)

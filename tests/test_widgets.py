@@ -111,3 +111,25 @@ def test_training_monitor_follows_a_real_run(tmp_path):
     Trainer(setup.target, new_drafter(setup.target, "peagle", 1, setup.vocab), setup.train, cfg, tmp_path,
             callbacks=[monitor], progress=False).run()
     assert [m["step"] for m in monitor.history] == [1, 2, 3, 4] and len(monitor.history[0]["depth_acc"]) == 3
+
+
+def test_live_figure_update_switches_mimetype_before_each_frame():
+    # JupyterLab reuses a renderer for an update of the same mimetype, and plotly's renderer
+    # keeps its first plot: each frame must follow a bundle of another mimetype.
+    from peagle_lab.lab.figures import acceptance_figure
+    from peagle_lab.lab.widgets import LiveFigure
+
+    class Handle:
+        def __init__(self):
+            self.sent = []
+
+        def update(self, bundle, raw):
+            assert raw
+            self.sent.append(sorted(k for k in bundle if k != "text/plain"))
+
+    live = LiveFigure(lambda ys: acceptance_figure(list(range(len(ys))), ys))
+    live._handle = handle = Handle()
+    live.update([1.0])
+    live.update([1.0, 1.5])
+    plotly = "application/vnd.plotly.v1+json"
+    assert [plotly in kinds for kinds in handle.sent] == [False, True, False, True]

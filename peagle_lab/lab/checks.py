@@ -18,6 +18,7 @@ one exercise without re-running the notebook.
 | 3        | elements COD keeps at n = 1000, K_train = 8      | :func:`check_cod_kept`          |
 | 4        | ``fill_draft_hidden`` as one gather              | :func:`check_fill_by_gather`    |
 | 4        | bytes the fused kernels move at c = 64, K = 7    | :func:`check_moved_bytes`       |
+| 5        | P-EAGLE ÷ EAGLE-3 TPS at equal acceptance        | :func:`check_speedup_at_equal_acceptance` |
 | 6        | train a head of either method on the tiny data   | :func:`check_train_head`        |
 """
 from __future__ import annotations
@@ -31,7 +32,7 @@ from . import exercises
 
 __all__ = ["check_acceptance_length", "check_tokens_per_second", "check_draft_row", "check_padding_slots",
            "check_leaky_mask", "check_cod_kept", "check_fill_by_gather", "check_moved_bytes",
-           "check_train_head"]
+           "check_train_head", "check_speedup_at_equal_acceptance"]
 
 _STUB = ("not answered yet: replace the line `raise NotImplementedError(\"your code here\")` in the exercise "
          "cell above with your code, run that cell, then this one")
@@ -442,3 +443,38 @@ def check_train_head(train_head, *, steps: int = 20) -> None:
             raise AssertionError(f"{method}: the loss did not fall ({run.first_loss:.3f} -> {run.last_loss:.3f}): "
                                  "train the drafter you return, on setup.train, with section 2's learning rate")
     _correct(f"both methods train ({steps} steps each: the loss falls, the heads are the methods asked for)")
+
+
+# ---------------------------------------------------------------- notebook 5
+def check_speedup_at_equal_acceptance(speedup_at_equal_acceptance) -> None:
+    """Check ``speedup_at_equal_acceptance(peagle_row, eagle3_row)``: P-EAGLE ÷ EAGLE-3 TPS at equal AL.
+
+    A row needs only ``verify_ms``, ``prep_ms`` and ``draft_ms`` (a sweep row has them all).
+
+    >>> check_speedup_at_equal_acceptance(exercises.speedup_at_equal_acceptance)
+    correct: verify 1.2 ms, drafting 0.22 ms (P-EAGLE) against 0.63 ms (EAGLE-3): 1.28x at equal acceptance
+    """
+    from types import SimpleNamespace as Row
+
+    # Roughly the H200 K sweep's c = 1, K = 7 chat cells, rounded.
+    peagle, eagle3 = Row(verify_ms=1.20, prep_ms=0.017, draft_ms=0.22), Row(verify_ms=1.22, prep_ms=0.014, draft_ms=0.63)
+    got, want = _call(speedup_at_equal_acceptance, peagle, eagle3), exercises.speedup_at_equal_acceptance(peagle, eagle3)
+    if not isinstance(got, (int, float)):
+        raise AssertionError(f"return one number (P-EAGLE's TPS over EAGLE-3's), got {type(got).__name__}")
+    if math.isclose(got, 1 / want, rel_tol=1e-3):
+        raise AssertionError(f"{got:.3f} is EAGLE-3 over P-EAGLE: at equal acceptance both yield the same tokens per "
+                             "step, so TPS is inversely proportional to step time; divide EAGLE-3's step by P-EAGLE's")
+    if math.isclose(got, (1.22 + 0.014 + 0.63) / (1.20 + 0.017 + 0.22), rel_tol=1e-6):
+        raise AssertionError("close, but each step used its own verify time: both verify the same K + 1 tokens "
+                             "through the same target, so the two measurements differ only by noise; use their mean")
+    if math.isclose(got, (1.21 + 0.63) / (1.21 + 0.22), rel_tol=1e-6):
+        raise AssertionError("close, but the draft-batch preparation (prep_ms) is left out of the step")
+    cases = [(peagle, eagle3), (Row(verify_ms=10.0, prep_ms=0.5, draft_ms=2.0), Row(verify_ms=10.0, prep_ms=0.5, draft_ms=7.5)),
+             (Row(verify_ms=2.0, prep_ms=0.0, draft_ms=0.4), Row(verify_ms=2.2, prep_ms=0.0, draft_ms=0.4))]
+    for p, e in cases:
+        g, w = _call(speedup_at_equal_acceptance, p, e), exercises.speedup_at_equal_acceptance(p, e)
+        if not math.isclose(g, w, rel_tol=1e-6):
+            raise AssertionError(f"P-EAGLE {vars(p)} against EAGLE-3 {vars(e)}: expected {w:.3f}, yours is {g:.3f}. "
+                                 "A step costs verify (the mean of the two) + prep + drafting")
+    _correct(f"verify {(peagle.verify_ms + eagle3.verify_ms) / 2:.1f} ms, drafting {peagle.draft_ms:.2f} ms (P-EAGLE) "
+             f"against {eagle3.draft_ms:.2f} ms (EAGLE-3): {want:.2f}x at equal acceptance")

@@ -132,6 +132,13 @@ class LiveFigure:
     not a widget: notebooks run unattended (nbconvert, nbval) handle that reliably even
     at many updates per cell, where widget output updates can stall the executor.
 
+    Each update is sent as two messages, a spacer of the figure's height and then the
+    figure. JupyterLab hands an update of the same mimetype to the renderer already on
+    screen, and plotly's renderer ignores a new model once it has drawn a plot, so a
+    plain update would leave the first frame showing; the spacer's other mimetype makes
+    JupyterLab build a fresh plotly renderer for the figure. nbconvert keeps the last
+    message, the figure.
+
     Attributes:
         figure: the latest figure (None before the first update). redraws: updates so far.
     """
@@ -147,6 +154,7 @@ class LiveFigure:
         self.figure = self.make_figure(data)
         self.redraws += 1
         if self._handle is not None:
+            self._handle.update(_spacer_bundle(self.figure), raw=True)
             self._handle.update(figure_mime_bundle(self.figure), raw=True)
 
     def _ipython_display_(self) -> None:
@@ -155,6 +163,12 @@ class LiveFigure:
             self._handle = display(Markdown(f"*{self.placeholder}*"), display_id=True)
         else:
             self._handle = display(figure_mime_bundle(self.figure), raw=True, display_id=True)
+
+
+def _spacer_bundle(figure) -> dict:
+    """An empty block as tall as ``figure`` (plotly's renderer draws 360 px where no height is set)."""
+    height = figure.layout.height or 360
+    return {"text/html": f'<div style="height: {height}px"></div>', "text/plain": ""}
 
 
 class TrainingMonitor(Callback):
