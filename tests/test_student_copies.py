@@ -44,7 +44,7 @@ def test_every_notebook_gets_a_student_copy(built):
     with_exercises = [p for p in NOTEBOOKS if sc.exercise_cells(json.loads(p.read_text()), str(p))]
     assert {p.stem for p in with_exercises} >= {"01_single_pass_drafting", "02_masked_input_construction",
                                                  "03_attention_chunking", "04_fused_kernels",
-                                                 "06_train_your_own_head"}
+                                                 "05_live_throughput", "06_train_your_own_head"}
     assert [p.name for p in written["solutions"]] == [f"{p.stem}_solutions.ipynb" for p in with_exercises]
 
 
