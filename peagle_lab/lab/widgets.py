@@ -33,7 +33,22 @@ from ..train.loop import Callback
 __all__ = ["DraftBatchExplorer", "LiveFigure", "TrainingMonitor", "KModelExplorer"]
 
 
-class DraftBatchExplorer:
+class _SliderFigure:
+    """What the slider explorers share: ``self.widget`` holds the controls and ``self.output``,
+    where ``_show`` redraws the current figure in place (and counts the redraws)."""
+
+    def _show(self, figure) -> None:
+        self.figure = figure
+        self.redraws += 1
+        with self.output:
+            self.output.clear_output(wait=True)
+            display(self.figure)
+
+    def _ipython_display_(self) -> None:
+        display(self.widget)
+
+
+class DraftBatchExplorer(_SliderFigure):
     """Sliders for K, c and each request's accepted count over a live draft-batch figure.
 
     Args:
@@ -113,16 +128,9 @@ class DraftBatchExplorer:
     def redraw(self) -> None:
         """Lay out the toy batch for the current sliders and show its figure."""
         self.inputs = layout_toy_batch(self.accepted, self.k, backend=self.backend)
-        self.figure = draft_batch_figure(
+        self._show(draft_batch_figure(
             self.inputs, title=f"drafter batch: K={self.k}, c={len(self.accepted)}, accepted {self.accepted} "
-                               f"→ R = T + K − 1 = {self.inputs.rows_per_request} slots per request")
-        self.redraws += 1
-        with self.output:
-            self.output.clear_output(wait=True)
-            display(self.figure)
-
-    def _ipython_display_(self) -> None:
-        display(self.widget)
+                               f"→ R = T + K − 1 = {self.inputs.rows_per_request} slots per request"))
 
 
 class LiveFigure:
@@ -207,7 +215,7 @@ class TrainingMonitor(Callback):
         display(self.live)
 
 
-class KModelExplorer:
+class KModelExplorer(_SliderFigure):
     """Sliders over the K model (``peagle_lab.lab.kmodel``), redrawing its curves beside the measured ones.
 
     ```
@@ -281,11 +289,4 @@ class KModelExplorer:
         for m in fit.models:
             fit = fit.with_model(m, **shared, **{p: self.sliders[m, p].value for p in ("first", "decay", "pass_ms")})
         self.fit = fit
-        self.figure = k_model_figure(fit, self.ks)
-        self.redraws += 1
-        with self.output:
-            self.output.clear_output(wait=True)
-            display(self.figure)
-
-    def _ipython_display_(self) -> None:
-        display(self.widget)
+        self._show(k_model_figure(fit, self.ks))
