@@ -33,22 +33,14 @@ from ..train.loop import Callback
 __all__ = ["DraftBatchExplorer", "LiveFigure", "TrainingMonitor", "KModelExplorer"]
 
 
-class _SliderFigure:
-    """What the slider explorers share: ``self.widget`` holds the controls and ``self.output``,
-    where ``_show`` redraws the current figure in place (and counts the redraws)."""
-
-    def _show(self, figure) -> None:
-        self.figure = figure
-        self.redraws += 1
-        with self.output:
-            self.output.clear_output(wait=True)
-            display(self.figure)
-
-    def _ipython_display_(self) -> None:
-        display(self.widget)
+def _show_in(output, figure) -> None:
+    """Replace what the widget Output area ``output`` shows with ``figure``."""
+    with output:
+        output.clear_output(wait=True)
+        display(figure)
 
 
-class DraftBatchExplorer(_SliderFigure):
+class DraftBatchExplorer:
     """Sliders for K, c and each request's accepted count over a live draft-batch figure.
 
     Args:
@@ -128,9 +120,14 @@ class DraftBatchExplorer(_SliderFigure):
     def redraw(self) -> None:
         """Lay out the toy batch for the current sliders and show its figure."""
         self.inputs = layout_toy_batch(self.accepted, self.k, backend=self.backend)
-        self._show(draft_batch_figure(
+        self.figure = draft_batch_figure(
             self.inputs, title=f"drafter batch: K={self.k}, c={len(self.accepted)}, accepted {self.accepted} "
-                               f"→ R = T + K − 1 = {self.inputs.rows_per_request} slots per request"))
+                               f"→ R = T + K − 1 = {self.inputs.rows_per_request} slots per request")
+        self.redraws += 1
+        _show_in(self.output, self.figure)
+
+    def _ipython_display_(self) -> None:
+        display(self.widget)
 
 
 class LiveFigure:
@@ -215,7 +212,7 @@ class TrainingMonitor(Callback):
         display(self.live)
 
 
-class KModelExplorer(_SliderFigure):
+class KModelExplorer:
     """Sliders over the K model (``peagle_lab.lab.kmodel``), redrawing its curves beside the measured ones.
 
     ```
@@ -289,4 +286,9 @@ class KModelExplorer(_SliderFigure):
         for m in fit.models:
             fit = fit.with_model(m, **shared, **{p: self.sliders[m, p].value for p in ("first", "decay", "pass_ms")})
         self.fit = fit
-        self._show(k_model_figure(fit, self.ks))
+        self.figure = k_model_figure(fit, self.ks)
+        self.redraws += 1
+        _show_in(self.output, self.figure)
+
+    def _ipython_display_(self) -> None:
+        display(self.widget)
