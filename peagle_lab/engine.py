@@ -236,6 +236,9 @@ class SpecDecoder:
         self._layer_fn = compiled(call_layer) if self.compiled else None
         self._graphs = _Graphs()
         self._cache_t = self._cache_d = None
+        # How many times the KV caches were allocated: a soak test's proof that they are reused
+        # (a freed and reallocated cache can land at the same address, so pointers cannot tell).
+        self.cache_allocations = 0
         # Called with every DraftResult the engine proposes (the vLLM check records drafts with it).
         self.on_draft: Callable[[DraftResult], None] | None = None
 
@@ -272,6 +275,7 @@ class SpecDecoder:
             if self.device.type == "cuda":
                 torch.cuda.empty_cache()
             self._cache_t = self.target.allocate_cache(c, max_len)
+            self.cache_allocations += 1
             if self.config.k:
                 self._cache_d = self.drafter.allocate_cache(c, max_len)
         return self._cache_t, self._cache_d

@@ -117,9 +117,14 @@ def rss_bytes() -> int:
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
-def cache_fingerprint(engines: dict[str, SpecDecoder]) -> list[tuple[str, int, int]]:
-    """(method, data_ptr, bytes) of every cache tensor: equal fingerprints mean reused caches."""
-    return [(m, t.data_ptr(), t.numel() * t.element_size()) for m, e in engines.items() for t in e.cache_tensors()]
+def cache_fingerprint(engines: dict[str, SpecDecoder]) -> list[tuple[str, int, int, int]]:
+    """(method, allocations so far, data_ptr, bytes) of every cache tensor: equal fingerprints mean reused caches.
+
+    The allocation count is what proves reuse: a cache freed and allocated again can get the
+    same address back from the allocator, so equal pointers alone could hide a reallocation.
+    """
+    return [(m, e.cache_allocations, t.data_ptr(), t.numel() * t.element_size())
+            for m, e in engines.items() for t in e.cache_tensors()]
 
 
 def _key(device: torch.device) -> str:
@@ -212,7 +217,7 @@ def run_soak(target, drafters: dict, prompts: list[list[int]], cfg: SoakConfig, 
         e.generate(warm, max_new_tokens=min(2 * k + 4, cfg.max_new_tokens), eos_token_ids=eos)
     after_warmup = memory_bytes(dev)
     fingerprint = cache_fingerprint(engines)
-    kv_bytes = sum(b for _, _, b in fingerprint)
+    kv_bytes = sum(f[-1] for f in fingerprint)
     key = _key(dev)
     log(f"soak: {cfg.requests} requests in {cfg.num_waves} waves of {cfg.wave_size} (c={c}, "
         f"{'/'.join(methods)}, K={k}, {cfg.max_new_tokens} new tokens) on {dev}; {key} before "
