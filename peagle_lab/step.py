@@ -64,12 +64,11 @@ PREFILL_CHUNK_TOKENS = 32768
 
 def prefill(target: LlamaModel, ids: torch.Tensor, positions: torch.Tensor, lengths: torch.Tensor,
             cache: KVCache, max_len: int, *, taps: bool = True,
-            chunk_tokens: int = PREFILL_CHUNK_TOKENS, layer_fn=None) -> TargetOutput:
+            chunk_tokens: int = PREFILL_CHUNK_TOKENS) -> TargetOutput:
     """The target over the padded prompts, writing their KV; logits at each prompt's last token.
 
     Prompts wider than ``chunk_tokens // c`` run in chunks of that width, one after another
-    through the KV cache (as a serving engine's chunked prefill does). ``layer_fn`` runs each
-    decoder layer (the engine passes its compiled one, as in :func:`target_step`).
+    through the KV cache (as a serving engine's chunked prefill does).
 
     Returns:
         ``TargetOutput`` with ``logits`` [c, 1, V] and, when ``taps``, the taps [c, T, 3H].
@@ -79,12 +78,12 @@ def prefill(target: LlamaModel, ids: torch.Tensor, positions: torch.Tensor, leng
     width = max(1, chunk_tokens // c)
     if T <= width:
         return target(ids, positions, cache=cache, slot_mapping=slots, return_taps=taps,
-                      logits_rows=(lengths - 1)[:, None], layer_fn=layer_fn)
+                      logits_rows=(lengths - 1)[:, None])
     hidden, tap_parts = [], []
     for a in range(0, T, width):
         part = slice(a, a + width)
         out = target(ids[:, part], positions[:, part], cache=cache, slot_mapping=slots[:, part],
-                     return_logits=False, return_taps=taps, layer_fn=layer_fn)
+                     return_logits=False, return_taps=taps)
         hidden.append(out.hidden)
         tap_parts.append(out.taps)
     x = torch.cat(hidden, 1)
