@@ -25,6 +25,7 @@ sliders ``widgets.KModelExplorer``.
 """
 from __future__ import annotations
 
+import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
@@ -154,13 +155,10 @@ class KFit:
 
 def _least_squares(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float]:
     """(intercept, slope) of the least-squares line; a flat line through the mean for one x."""
-    n = len(xs)
-    mx, my = sum(xs) / n, sum(ys) / n
-    sxx = sum((x - mx) ** 2 for x in xs)
-    if sxx == 0:
-        return my, 0.0
-    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
-    return my - slope * mx, slope
+    if len(set(xs)) < 2:
+        return statistics.fmean(ys), 0.0
+    slope, intercept = statistics.linear_regression(xs, ys)
+    return intercept, slope
 
 
 def _fit_acceptance(rows: list[dict]) -> Acceptance:
@@ -174,7 +172,7 @@ def _fit_acceptance(rows: list[dict]) -> Acceptance:
 def _fit_pass_ms(method: str, rows: list[dict]) -> float:
     """Drafting time per pass: least squares through the origin of draft_ms on the passes."""
     passes = [drafter_passes(method, r["k"]) for r in rows]
-    return sum(p * r["draft_ms"] for p, r in zip(passes, rows)) / sum(p * p for p in passes)
+    return statistics.linear_regression(passes, [r["draft_ms"] for r in rows], proportional=True).slope
 
 
 def fit_k_model(bench: Mapping, workload: str, concurrency: int) -> KFit:
