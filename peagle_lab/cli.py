@@ -1,5 +1,5 @@
 """``peagle-lab`` command line: demo, fetch, bench, soak, report, depth, train-data, train, train-eval, train-bench,
-train-report, export, vllm-bench."""
+train-report, export, vllm-bench, vllm-compare."""
 from __future__ import annotations
 
 import argparse
@@ -96,7 +96,7 @@ def _optional_commands(sub) -> None:
         p = sub.add_parser(name, help=text)
         add(p)
         p.set_defaults(fn=run)
-    from .integrations import vllm_bench
+    from .integrations import vllm_bench, vllm_compare
     from .integrations.vllm import add_export_arguments, run_export
 
     e = sub.add_parser("export", help="export heads (and the target) for vLLM")
@@ -105,6 +105,9 @@ def _optional_commands(sub) -> None:
     v = sub.add_parser("vllm-bench", help="benchmark vLLM on our workloads")
     vllm_bench.add_arguments(v)
     v.set_defaults(fn=vllm_bench.run)
+    vc = sub.add_parser("vllm-compare", help="vLLM and our engine side by side on the same device and heads")
+    vllm_compare.add_arguments(vc)
+    vc.set_defaults(fn=vllm_compare.run)
     for name, module, text in PASSTHROUGH:
         t = sub.add_parser(name, help=f"{text} ({module}; --help lists its flags)", add_help=False)
         t.set_defaults(fn=lambda a, m=module: importlib.import_module(m).main(a.passthrough), passthrough=[])

@@ -242,7 +242,8 @@ def broken(tmp_path, target, target_dir, edit_cfg=None, edit_sd=None):
 
 @pytest.mark.parametrize("edit_cfg, edit_sd, message", [
     (None, lambda sd: sd.pop("mask_hidden"), "no mask_hidden tensor"),
-    (lambda c: c.pop("mask_token_id"), None, "names no mask-token id"),
+    (lambda c: (c.pop("mask_token_id"), c.pop("pard_token")), None, "names no mask-token id"),
+    (lambda c: c.update(pard_token=3), None, "mask-token keys disagree"),
     (None, lambda sd: sd.update(mask_hidden=torch.zeros(1, 2 * H)), "mask_hidden has 128 elements"),
     (None, lambda sd: sd.update({"layers.0.self_attn.q_proj.weight": torch.zeros(64, H)}),
      r"q_proj.weight has shape \(64, 64\), vLLM expects \(64, 128\)"),
@@ -252,7 +253,7 @@ def broken(tmp_path, target, target_dir, edit_cfg=None, edit_sd=None):
     (None, lambda sd: sd.pop("norm.weight"), r"missing tensors \['norm.weight'\]"),
     (None, lambda sd: sd.update(d2t=torch.zeros(96, dtype=torch.long)), "d2t is present"),
     (None, lambda sd: sd.update(mask_embedding=torch.zeros(H)), "peagle_lab's own tensor"),
-    (lambda c: c.update(mask_token_id=500), None, "outside the vocabulary"),
+    (lambda c: c.update(mask_token_id=500, pard_token=500), None, "outside the vocabulary"),
     (lambda c: c["eagle_config"].update(norm_before_fc=True), None, "norm_before_fc=True"),
     (lambda c: c.update(fc_norm=True), None, "fc_norm=True"),
     (lambda c: (c.pop("num_aux_hidden_states"), c["eagle_config"].update(eagle_aux_hidden_state_layer_ids=[1, 2])),

@@ -290,7 +290,8 @@ def _cell(target, drafters: dict, cell: Cell, prompts: list[Prompt], cfg: SweepC
 
 
 def run_sweep(target, tokenizer, drafters: dict, cfg: SweepConfig, *, run_info: dict, extra_config: dict | None = None,
-              reference_folder=None, progress: bool = True, on_update=None, log=print) -> BenchResult:
+              reference_folder=None, progress: bool = True, on_update=None, log=print,
+              tokens_out: dict | None = None) -> BenchResult:
     """Measure every planned cell (and the transformers reference) and return the result.
 
     Args:
@@ -301,6 +302,8 @@ def run_sweep(target, tokenizer, drafters: dict, cfg: SweepConfig, *, run_info: 
         extra_config: more config to record (model, heads and where they came from, dtype).
         reference_folder: HF folder of the same weights for transformers; None skips it.
         on_update: called with the partial result after every cell (to save it as it grows).
+        tokens_out: if given, filled with every measured cell's new tokens per request, under
+            ``(workload, method, k, concurrency)`` (to compare with another engine's outputs).
 
     Raises:
         ValueError: a method without its drafter, or a workload that cannot be built.
@@ -337,6 +340,8 @@ def run_sweep(target, tokenizer, drafters: dict, cfg: SweepConfig, *, run_info: 
             skip(cell, reason)
             continue
         result.rows.append(row)
+        if tokens_out is not None:
+            tokens_out[(cell.workload, cell.method, cell.k, cell.concurrency)] = tokens
         if cell.method == "baseline":
             baseline_tokens[(cell.workload, cell.concurrency)] = tokens
         bar.step(_label(cell), f"{row.tps:.1f} tok/s, AL {row.acceptance_length:.2f}, {time.monotonic() - t_cell:.1f} s")

@@ -64,7 +64,8 @@ def vllm_config_dict(drafter: Drafter, k: int) -> dict:
         "norm_before_residual": cfg.norm_before_residual, **_switches(), "torch_dtype": "float32",
     }
     if cfg.method == "peagle":
-        d["mask_token_id"] = cfg.mask_token_id
+        # vLLM 0.32 reads mask_token_id; 0.24 (the H200's) reads only pard_token / ptd_token_id.
+        d["mask_token_id"] = d["pard_token"] = cfg.mask_token_id
     d["peagle_lab"] = _provenance(drafter, k)
     return d
 

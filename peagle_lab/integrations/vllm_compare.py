@@ -1,0 +1,355 @@
+"""``peagle-lab vllm-compare``: vLLM and our engine side by side, same device, heads, prompts and settings.
+
+The published P-EAGLE gains were measured inside vLLM, where every drafter pass carries the
+serving engine's per-pass cost. This driver puts vLLM's numbers and ours in one file:
+
+```
+target HF folder, heads exported for vLLM (export_for_vllm), prompts of our workloads
+  ├─ vLLM (vllm_runner.py, one process per engine): plain, EAGLE-3 and P-EAGLE at each K;
+  │    bf16, CUDA graphs on, prefix caching off, greedy, fixed-length output, waves of c
+  └─ our SpecDecoder (bench.sweep.run_sweep): the same cells, prompts and settings
+→ rows of both (schema peagle_lab.bench/1, each with engine = "vllm" | "peagle_lab"),
+  and per cell: greedy-output agreement, AL ratio, TPS ratio; P-EAGLE / EAGLE-3 inside each engine.
+```
+
+Where greedy outputs differ, the first differing token is checked against a float32 copy
+of the target (``divergence_margins``): the two candidates' logit gap at that position
+tells a bf16 near-tie (gap of a few hundredths) from a real mismatch.
+"""
+from __future__ import annotations
+
+import argparse
+import shlex
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from .vllm_bench import SCHEMA, _heads_for, find_vllm_python, rows_from_result, run_entry, run_vllm
+
+ENGINES = ("vllm", "peagle_lab")
+
+
+# ------------------------------------------------------------------ comparing outputs
+
+def first_difference(a: list[int], b: list[int]) -> int | None:
+    """Index of the first differing token (a length difference counts), or None if equal.
+
+    >>> first_difference([1, 2, 3], [1, 2, 4]), first_difference([1, 2], [1, 2]), first_difference([1], [1, 5])
+    (2, None, 1)
+    """
+    n = min(len(a), len(b))
+    i = next((i for i in range(n) if a[i] != b[i]), n)
+    return None if i == n and len(a) == len(b) else i
+
+
+def output_agreement(ours: list[list[int]], theirs: list[list[int]]) -> dict:
+    """How two engines' greedy outputs for the same prompts agree.
+
+    Returns ``equal_rate`` (share of requests with identical outputs), ``token_agreement``
+    (share of tokens before each request's first difference) and ``first_differences``
+    (per differing request: its index and position).
+
+    >>> output_agreement([[1, 2, 3], [4, 5]], [[1, 2, 3], [4, 6]])["equal_rate"]
+    0.5
+    """
+    if len(ours) != len(theirs):
+        raise ValueError(f"{len(ours)} outputs against {len(theirs)}: the engines decoded different prompt lists")
+    diffs, same, total = [], 0, 0
+    for i, (a, b) in enumerate(zip(ours, theirs)):
+        j = first_difference(a, b)
+        total += max(len(a), len(b))
+        same += max(len(a), len(b)) if j is None else j
+        if j is not None:
+            diffs.append({"request": i, "position": j})
+    n = len(ours)
+    return {"requests": n, "equal_rate": (n - len(diffs)) / n if n else 1.0,
+            "token_agreement": same / total if total else 1.0, "first_differences": diffs}
+
+
+@torch.no_grad()
+def divergence_margins(target_fp32, prompts: list[list[int]], ours: list[list[int]], theirs: list[list[int]],
+                       diffs: list[dict], limit: int = 64) -> list[dict]:
+    """At each first difference, the float32 target's view of the two candidate tokens.
+
+    For request ``r`` differing at position ``j``, runs the target on prompt + the common
+    ``j`` tokens and reports the logit of our token and of vLLM's, their gap, and the rank
+    of each (0 = float32 argmax). A gap of a few hundredths between the top two is a tie
+    that bf16 rounding decides either way; a large gap would point at a real mismatch.
+    """
+    out = []
+    for d in diffs[:limit]:
+        r, j = d["request"], d["position"]
+        if j >= len(ours[r]) or j >= len(theirs[r]):
+            out.append({**d, "note": "one output ended early"})
+            continue
+        ids = torch.tensor([prompts[r] + ours[r][:j]], device=target_fp32.device)
+        pos = torch.arange(ids.shape[1], device=ids.device)[None]
+        logits = target_fp32(ids, pos, return_taps=False, logits_rows=torch.tensor([[ids.shape[1] - 1]],
+                                                                                    device=ids.device)).logits[0, -1]
+        a, b = ours[r][j], theirs[r][j]
+        order = torch.argsort(logits, descending=True)
+        rank = {int(t): i for i, t in enumerate(order[:50].tolist())}
+        out.append({**d, "ours": a, "vllm": b, "logit_ours": float(logits[a]), "logit_vllm": float(logits[b]),
+                    "gap": float(logits[a] - logits[b]), "rank_ours": rank.get(a, 50), "rank_vllm": rank.get(b, 50)})
+    return out
+
+
+# ------------------------------------------------------------------ the summary tables
+
+def _row_index(rows: list[dict]) -> dict:
+    return {(r["engine"], r["workload"], r["method"], r["k"], r["concurrency"]): r for r in rows}
+
+
+def best_k(rows: list[dict], engine: str, workload: str, method: str, c: int) -> dict | None:
+    """The row of ``method``'s best K (highest TPS) in ``engine`` at (workload, c)."""
+    cands = [r for r in rows if (r["engine"], r["workload"], r["method"], r["concurrency"]) == (engine, workload, method, c)]
+    return max(cands, key=lambda r: r["tps"]) if cands else None
+
+
+def summarize(rows: list[dict], agreements: dict) -> dict:
+    """Per cell: both engines' TPS and AL, ours / vLLM, output agreement; per (engine, workload, c):
+    P-EAGLE / EAGLE-3 at each method's best K, and each speculative method over plain decoding."""
+    idx = _row_index(rows)
+    cells = []
+    for (engine, w, m, k, c), r in sorted(idx.items(), key=lambda kv: kv[0][1:]):
+        if engine != "vllm" or ("peagle_lab", w, m, k, c) not in idx:
+            continue
+        o = idx[("peagle_lab", w, m, k, c)]
+        a = agreements.get((w, m, k, c), {})
+        cells.append({"workload": w, "method": m, "k": k, "concurrency": c,
+                      "tps_vllm": r["tps"], "tps_ours": o["tps"],
+                      "ours_over_vllm": o["tps"] / r["tps"] if r["tps"] else None,
+                      "al_vllm": r["acceptance_length"], "al_ours": o["acceptance_length"],
+                      "al_ratio": o["acceptance_length"] / r["acceptance_length"],
+                      "step_ms_vllm": r.get("step_ms"), "step_ms_ours": o.get("step_ms"),
+                      "equal_rate": a.get("equal_rate"), "token_agreement": a.get("token_agreement")})
+    within = []
+    for engine in ENGINES:
+        for w, c in sorted({(r["workload"], r["concurrency"]) for r in rows if r["engine"] == engine}):
+            e3, pe = best_k(rows, engine, w, "eagle3", c), best_k(rows, engine, w, "peagle", c)
+            plain = best_k(rows, engine, w, "baseline", c)
+            within.append({"engine": engine, "workload": w, "concurrency": c,
+                           "plain_tps": plain["tps"] if plain else None,
+                           "eagle3_tps": e3["tps"] if e3 else None, "eagle3_k": e3["k"] if e3 else None,
+                           "peagle_tps": pe["tps"] if pe else None, "peagle_k": pe["k"] if pe else None,
+                           "peagle_over_eagle3": pe["tps"] / e3["tps"] if pe and e3 and e3["tps"] else None,
+                           "peagle_over_plain": pe["tps"] / plain["tps"] if pe and plain and plain["tps"] else None,
+                           "eagle3_over_plain": e3["tps"] / plain["tps"] if e3 and plain and plain["tps"] else None})
+    return {"cells": cells, "within_engine": within}
+
+
+def comparison_table(summary: dict) -> str:
+    """The per-cell table as Markdown (what the README and docs/vllm.md show)."""
+    lines = ["| workload | method | K | c | vLLM tok/s | ours tok/s | ours / vLLM | AL vLLM | AL ours | equal outputs |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for x in summary["cells"]:
+        eq = "—" if x["equal_rate"] is None else f"{100 * x['equal_rate']:.0f} %"
+        lines.append(f"| {x['workload']} | {x['method']} | {x['k'] or '—'} | {x['concurrency']} | {x['tps_vllm']:,.0f} | "
+                     f"{x['tps_ours']:,.0f} | {x['ours_over_vllm']:.2f}× | {x['al_vllm']:.2f} | {x['al_ours']:.2f} | {eq} |")
+    return "\n".join(lines)
+
+
+def within_table(summary: dict) -> str:
+    """P-EAGLE / EAGLE-3 (each at its best K) inside each engine, as Markdown."""
+    lines = ["| engine | workload | c | plain tok/s | EAGLE-3 tok/s (K) | P-EAGLE tok/s (K) | P-EAGLE / EAGLE-3 |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    for x in summary["within_engine"]:
+        if x["peagle_over_eagle3"] is None:
+            continue
+        lines.append(f"| {x['engine']} | {x['workload']} | {x['concurrency']} | {x['plain_tps'] or 0:,.0f} | "
+                     f"{x['eagle3_tps']:,.0f} ({x['eagle3_k']}) | {x['peagle_tps']:,.0f} ({x['peagle_k']}) | "
+                     f"{x['peagle_over_eagle3']:.2f}× |")
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------ CLI
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--vllm-python", help="interpreter with vLLM (default: $PEAGLE_LAB_VLLM_PYTHON, or this one)")
+    p.add_argument("--methods", nargs="+", default=["baseline", "eagle3", "peagle"],
+                   choices=("baseline", "eagle3", "peagle"))
+    p.add_argument("-k", "--num-speculative-tokens", dest="ks", nargs="+", type=int, default=[3, 5, 7], metavar="K")
+    p.add_argument("-c", "--concurrency", dest="concurrencies", nargs="+", type=int, default=[1, 8, 64], metavar="C")
+    p.add_argument("--workloads", nargs="+", default=["chat", "code"], choices=("chat", "code"))
+    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--min-prompts", type=int, default=8, help="a cell at c decodes c·⌈this/c⌉ prompts, in waves of c")
+    p.add_argument("--device", default="auto", help="auto (cuda when there), cuda or cpu")
+    p.add_argument("--dtype", default="auto", help="auto: bfloat16 on cuda, float32 on cpu")
+    p.add_argument("--heads", nargs="*", default=[], metavar="METHOD=DIR",
+                   help="head folders (default: the shipped heads)")
+    p.add_argument("--gpu-memory-utilization", type=float, default=0.3,
+                   help="vLLM's share of GPU memory per engine (one engine runs at a time)")
+    p.add_argument("--vllm-timeout-s", type=float, default=900.0, help="per vLLM engine: start-up and all its waves")
+    p.add_argument("--skip-ours", action="store_true", help="vLLM only (our rows are left out)")
+    p.add_argument("--out", default="vllm_compare", help="work folder: exported heads, specs, logs")
+    p.add_argument("--json", help="where to write the result (default: OUT/vllm_compare.json)")
+
+
+def check_args(args) -> None:
+    from ..config import MAX_K, check_int
+
+    for k in args.ks:
+        check_int("-k", k, 1, MAX_K)
+    for c in args.concurrencies:
+        check_int("--concurrency", c, 1, 4096)
+    check_int("--min-prompts", args.min_prompts, 1)
+    check_int("--max-new-tokens", args.max_new_tokens, 1)
+    if not 0.05 <= args.gpu_memory_utilization <= 0.95:
+        raise ValueError(f"--gpu-memory-utilization {args.gpu_memory_utilization}: expected a share in [0.05, 0.95]")
+
+
+def _vllm_runs(args, spec_base: dict, heads: dict, python: str, out: Path, on_cuda: bool,
+               log=lambda s: print(s, flush=True)) -> dict:
+    """One runner process per engine (its GPU memory is returned when it exits); the results merged."""
+    merged, failed = None, {}
+    entries = [run_entry(f"{m}-k{k}" if m != "baseline" else m, m, k, heads.get(m), args.concurrencies)
+               for m in args.methods for k in ([0] if m == "baseline" else args.ks)]
+    for e in entries:
+        t0 = time.perf_counter()
+        try:
+            res = run_vllm({**spec_base, "runs": [e]}, python, out / "vllm" / e["name"], timeout=args.vllm_timeout_s,
+                           in_process=not on_cuda)
+        except (RuntimeError, subprocess.TimeoutExpired) as err:  # one engine failing must not lose the others
+            failed[e["name"]] = str(err)[-2000:]
+            log(f"vllm {e['name']}: FAILED after {time.perf_counter() - t0:.0f} s: {str(err)[-1500:]}")
+            continue
+        run = res["runs"][0]
+        log(f"vllm {e['name']}: start-up {run['startup_s']:.0f} s, warm-up {run['warmup_s']:.0f} s, "
+            f"total {time.perf_counter() - t0:.0f} s; "
+            + ", ".join(f"{w.get('workload')} c={w['concurrency']}: {w['output_tokens'] / w['wall_s']:.0f} tok/s"
+                        for w in run["waves"]))
+        if merged is None:
+            merged = {k: v for k, v in res.items() if k != "runs"} | {"runs": []}
+        merged["runs"].append(run)
+    if merged is None:
+        raise RuntimeError(f"every vLLM engine failed; the first: {next(iter(failed.values()))}")
+    merged["failed"] = failed
+    return merged
+
+
+def run(args) -> int:
+    from ..bench.sweep import SweepConfig, load_prompts, plan_cells, run_sweep
+    from ..devices import resolve_device, resolve_dtype
+    from ..heads import default_drafter
+    from ..heads.io import load_head
+    from ..provenance import git_commit, run_info
+    from .. import zoo
+    from ..bench.schema import write_document
+
+    check_args(args)
+    python = find_vllm_python(args.vllm_python)
+    device = resolve_device(args.device)
+    dtype = resolve_dtype("bfloat16" if args.dtype == "auto" and device.type == "cuda" else args.dtype, device)
+    on_cuda = device.type == "cuda"
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    command = getattr(args, "command_line", None) or shlex.join(["peagle-lab", *sys.argv[1:]])
+    info = run_info(command)
+    t_start = time.perf_counter()
+
+    target_dir = zoo.convert_default(quiet=True)  # the float32 HF folder vLLM reads
+    target, tok = zoo.load_model(target_dir, dtype, device, quiet=True)
+    spec_methods = [m for m in args.methods if m != "baseline"]
+    heads = _heads_for(args, spec_methods, target_dir, out)  # exported for vLLM from the same weights
+    given = dict(h.split("=", 1) for h in args.heads)
+    drafters, origins = {}, {}
+    for m in spec_methods:
+        if m in given:
+            drafters[m], origins[m] = load_head(given[m], target, dtype=dtype, device=device), given[m]
+        else:
+            drafters[m], origins[m] = default_drafter(target, m)
+    cfg = SweepConfig(methods=tuple(args.methods), ks=tuple(args.ks), extra_ks=(), concurrencies=tuple(args.concurrencies),
+                      workloads=tuple(args.workloads), max_new_tokens=args.max_new_tokens, min_prompts=args.min_prompts,
+                      ignore_eos=True, reference=False, cuda_graphs=on_cuda)
+    prompts = load_prompts(cfg, tok, target.config.max_position_embeddings, plan_cells(cfg))
+    ids = {w: [list(p.token_ids) for p in ps] for w, ps in prompts.items()}
+
+    # 1. vLLM, one engine at a time
+    spec_base = {"target": str(target_dir), "dtype": str(dtype).removeprefix("torch."), "max_model_len": 2048,
+                 "seed": 0, "prompt_sets": ids, "max_tokens": args.max_new_tokens, "temperature": 0.0,
+                 "ignore_eos": True, "detokenize": False, "min_prompts": args.min_prompts, "warmup": "waves",
+                 "enforce_eager": not on_cuda, "enable_prefix_caching": False,
+                 "gpu_memory_utilization": args.gpu_memory_utilization if on_cuda else None}
+    engines = ("baseline" in args.methods) + len(spec_methods) * len(args.ks)
+    print(f"vllm-compare: vLLM ({python}) on {device} ({spec_base['dtype']}), {engines} engines", flush=True)
+    t0 = time.perf_counter()
+    vres = _vllm_runs(args, spec_base, heads, python, out, on_cuda)
+    vllm_s = time.perf_counter() - t0
+    commit = git_commit()
+    rows = [{**r, "engine": "vllm"} for r in rows_from_result(vres, "", 0.0, args.max_new_tokens, 0, command, commit)]
+    vllm_tokens = {}
+    for run_ in vres["runs"]:
+        for w in run_["waves"]:
+            vllm_tokens[(w["workload"], run_["method"], run_["k"] if run_["method"] != "baseline" else 0,
+                         w["concurrency"])] = w["outputs"]
+
+    # 2. ours, same cells
+    ours_tokens: dict = {}
+    ours_s = 0.0
+    if not args.skip_ours:
+        t0 = time.perf_counter()
+        res = run_sweep(target, tok, drafters, cfg, run_info=info, tokens_out=ours_tokens,
+                        extra_config={"heads": origins})
+        ours_s = time.perf_counter() - t0
+        rows += [{**r.to_dict(), "engine": "peagle_lab", "device": vres["device"], "commit": commit, "command": command}
+                 for r in res.rows]
+
+    # 3. agreement, and what the float32 target says at each first difference
+    agreements, margins = {}, {}
+    target32 = None
+    for key, theirs in vllm_tokens.items():
+        if key not in ours_tokens:
+            continue
+        a = output_agreement(ours_tokens[key], theirs)
+        agreements[key] = a
+        if a["first_differences"]:
+            if target32 is None:
+                target32, _ = zoo.load_model(target_dir, torch.float32, device, quiet=True)
+            w = key[0]
+            n = len(theirs)
+            margins[key] = divergence_margins(target32, ids[w][:n], ours_tokens[key], theirs, a["first_differences"])
+    gaps = [abs(m["gap"]) for ms in margins.values() for m in ms if "gap" in m]
+    summary = summarize(rows, agreements)
+    total_req = sum(a["requests"] for a in agreements.values())
+    summary["outputs"] = {
+        "requests_compared": total_req,
+        "equal_rate": (sum(a["requests"] * a["equal_rate"] for a in agreements.values()) / total_req) if total_req else None,
+        "token_agreement": statistics.mean(a["token_agreement"] for a in agreements.values()) if agreements else None,
+        "first_difference_gap_median": statistics.median(gaps) if gaps else None,
+        "first_difference_gap_max": max(gaps) if gaps else None,
+        "first_differences_checked": len(gaps),
+    }
+    for x in summary["cells"]:
+        x["al_within_3pct"] = abs(x["al_ratio"] - 1) <= 0.03
+
+    info.update({"device": vres["device"], "vllm": vres["versions"].get("vllm"), "vllm_torch": vres["versions"].get("torch"),
+                 "vllm_s": round(vllm_s, 1), "ours_s": round(ours_s, 1), "wall_s": round(time.perf_counter() - t_start, 1)})
+    config = {"methods": args.methods, "ks": args.ks, "concurrencies": args.concurrencies, "workloads": args.workloads,
+              "max_new_tokens": args.max_new_tokens, "min_prompts": args.min_prompts, "temperature": 0.0,
+              "ignore_eos": True, "dtype": spec_base["dtype"], "target": "SmolLM2-135M-Instruct (embedded default)",
+              "heads": origins, "vllm_settings": {r["name"]: r.get("settings", {}) | {
+                  "startup_s": round(r["startup_s"], 1), "warmup_s": round(r.get("warmup_s", 0.0), 1),
+                  "parallel_drafting": r["parallel_drafting"]} for r in vres["runs"]},
+              "prompts": {w: {"num": len(p), "ids": [x.id for x in prompts[w]]} for w, p in ids.items()}}
+    skipped = [{"workload": w, "method": e.split("-k")[0], "k": int(e.split("-k")[1]) if "-k" in e else 0,
+                "concurrency": c, "temperature": 0.0, "reason": f"vLLM engine failed: {why[-300:]}", "source": "vllm"}
+               for e, why in vres["failed"].items() for w in args.workloads for c in args.concurrencies]
+    doc = {"schema": SCHEMA, "run_info": info, "config": config, "rows": rows, "skipped": skipped,
+           "comparison": summary,
+           "agreement": {"/".join(map(str, k)): {**v, "margins": margins.get(k, [])} for k, v in agreements.items()}}
+    path = write_document(doc, Path(args.json) if args.json else out / "vllm_compare.json")
+    print(comparison_table(summary))
+    print()
+    print(within_table(summary))
+    o = summary["outputs"]
+    if o["requests_compared"]:
+        print(f"greedy outputs equal on {100 * o['equal_rate']:.0f} % of {o['requests_compared']} requests; "
+              f"first-difference logit gap (float32 target) median {o['first_difference_gap_median']}, "
+              f"max {o['first_difference_gap_max']}")
+    print(f"vllm-compare: vLLM {vllm_s:.0f} s, ours {ours_s:.0f} s; wrote {path}")
+    return 0
+
