@@ -33,6 +33,7 @@ wall time can be set beside ours.
 """
 from __future__ import annotations
 
+import copy
 import gc
 import json
 import os
@@ -184,7 +185,8 @@ def engine_settings(llm) -> dict:
                      ("enable_prefix_caching", lambda: cfg.cache_config.enable_prefix_caching),
                      ("dtype", lambda: str(cfg.model_config.dtype))):
         try:
-            out[key] = get()
+            v = get()
+            out[key] = v if isinstance(v, (bool, int, float, str, type(None))) else str(v)
         except Exception:  # noqa: BLE001 - another vLLM layout: leave the field out
             pass
     return out
@@ -234,7 +236,8 @@ def run_one(spec: dict, run: dict, recorder: DraftRecorder | None) -> dict:
     t0 = time.perf_counter()
     llm = LLM(model=spec["target"], tokenizer=spec["target"], dtype=spec.get("dtype", "float32"),
               max_model_len=spec.get("max_model_len", 1024), enforce_eager=spec.get("enforce_eager", True),
-              seed=spec.get("seed", 0), speculative_config=run.get("speculative_config"), disable_log_stats=False,
+              seed=spec.get("seed", 0), speculative_config=copy.deepcopy(run.get("speculative_config")),
+              disable_log_stats=False,
               max_num_seqs=max(max(concurrency), 1), **kwargs)
     startup_s = time.perf_counter() - t0
     sc = llm.llm_engine.vllm_config.speculative_config
