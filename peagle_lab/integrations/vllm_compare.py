@@ -19,6 +19,7 @@ tells a bf16 near-tie (gap of a few hundredths) from a real mismatch.
 from __future__ import annotations
 
 import argparse
+import json
 import shlex
 import statistics
 import subprocess
@@ -28,7 +29,7 @@ from pathlib import Path
 
 import torch
 
-from .vllm_bench import SCHEMA, _heads_for, find_vllm_python, rows_from_result, run_entry, run_vllm
+from .vllm_bench import SCHEMA, export_heads, find_vllm_python, rows_from_result, run_entry, run_vllm
 
 ENGINES = ("vllm", "peagle_lab")
 
@@ -185,6 +186,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="vLLM's share of GPU memory per engine (one engine runs at a time)")
     p.add_argument("--vllm-timeout-s", type=float, default=900.0, help="per vLLM engine: start-up and all its waves")
     p.add_argument("--skip-ours", action="store_true", help="vLLM only (our rows are left out)")
+    p.add_argument("--vllm-runner", default="default", choices=("default", "v1"),
+                   help="v1: every engine on vLLM's V1 model runner (vLLM 0.24 puts parallel drafting there "
+                        "anyway, and the rest on its V2 runner)")
+    p.add_argument("--note", help="a line of provenance to keep in run_info (e.g. where saved results came from)")
+    p.add_argument("--vllm-results", metavar="DIR",
+                   help="use runner results saved by an earlier run (DIR/<engine>.json) instead of running vLLM")
     p.add_argument("--out", default="vllm_compare", help="work folder: exported heads, specs, logs")
     p.add_argument("--json", help="where to write the result (default: OUT/vllm_compare.json)")
 
@@ -202,116 +209,86 @@ def check_args(args) -> None:
         raise ValueError(f"--gpu-memory-utilization {args.gpu_memory_utilization}: expected a share in [0.05, 0.95]")
 
 
-def _vllm_runs(args, spec_base: dict, heads: dict, python: str, out: Path, on_cuda: bool,
-               log=lambda s: print(s, flush=True)) -> dict:
-    """One runner process per engine (its GPU memory is returned when it exits); the results merged."""
-    merged, failed = None, {}
-    entries = [run_entry(f"{m}-k{k}" if m != "baseline" else m, m, k, heads.get(m), args.concurrencies)
-               for m in args.methods for k in ([0] if m == "baseline" else args.ks)]
-    for e in entries:
-        t0 = time.perf_counter()
-        try:
-            res = run_vllm({**spec_base, "runs": [e]}, python, out / "vllm" / e["name"], timeout=args.vllm_timeout_s,
-                           in_process=not on_cuda)
-        except (RuntimeError, subprocess.TimeoutExpired) as err:  # one engine failing must not lose the others
-            failed[e["name"]] = str(err)[-2000:]
-            log(f"vllm {e['name']}: FAILED after {time.perf_counter() - t0:.0f} s: {str(err)[-1500:]}")
-            continue
-        run = res["runs"][0]
-        log(f"vllm {e['name']}: start-up {run['startup_s']:.0f} s, warm-up {run['warmup_s']:.0f} s, "
-            f"total {time.perf_counter() - t0:.0f} s; "
-            + ", ".join(f"{w.get('workload')} c={w['concurrency']}: {w['output_tokens'] / w['wall_s']:.0f} tok/s"
-                        for w in run["waves"]))
-        if merged is None:
-            merged = {k: v for k, v in res.items() if k != "runs"} | {"runs": []}
-        merged["runs"].append(run)
-    if merged is None:
-        raise RuntimeError(f"every vLLM engine failed; the first: {next(iter(failed.values()))}")
+def _engines(args) -> list[tuple[str, str, int]]:
+    """(name, method, K) of every vLLM engine the flags ask for, in run order."""
+    return [(f"{m}-k{k}" if m != "baseline" else m, m, k)
+            for m in args.methods for k in ([0] if m == "baseline" else args.ks)]
+
+
+def _entries(args, heads: dict) -> list[dict]:
+    return [run_entry(name, m, k, heads.get(m), args.concurrencies) for name, m, k in _engines(args)]
+
+
+def _log_run(run: dict, total_s: float | None, log) -> None:
+    s = run.get("settings", {})
+    log(f"vllm {run['name']} ({s.get('model_runner', '?')} model runner, parallel drafting "
+        f"{run['parallel_drafting']}): start-up {run['startup_s']:.0f} s, warm-up {run.get('warmup_s', 0):.0f} s"
+        + (f", total {total_s:.0f} s" if total_s is not None else "") + "; "
+        + ", ".join(f"{w.get('workload')} c={w['concurrency']}: {w['output_tokens'] / w['wall_s']:.0f} tok/s"
+                    for w in run["waves"]))
+
+
+def _merge(results: list[dict], failed: dict) -> dict:
+    if not results:
+        raise RuntimeError(f"every vLLM engine failed; the first: {next(iter(failed.values()), 'none ran')}")
+    merged = {k: v for k, v in results[0].items() if k != "runs"}
+    merged["runs"] = [r["runs"][0] for r in results]
     merged["failed"] = failed
     return merged
 
 
-def run(args) -> int:
-    from ..bench.sweep import SweepConfig, load_prompts, plan_cells, run_sweep
-    from ..devices import resolve_device, resolve_dtype
-    from ..heads import default_drafter
-    from ..heads.io import load_head
-    from ..provenance import git_commit, run_info
-    from .. import zoo
-    from ..bench.schema import write_document
-
-    check_args(args)
-    python = find_vllm_python(args.vllm_python)
-    device = resolve_device(args.device)
-    dtype = resolve_dtype("bfloat16" if args.dtype == "auto" and device.type == "cuda" else args.dtype, device)
-    on_cuda = device.type == "cuda"
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    command = getattr(args, "command_line", None) or shlex.join(["peagle-lab", *sys.argv[1:]])
-    info = run_info(command)
-    t_start = time.perf_counter()
-
-    target_dir = zoo.convert_default(quiet=True)  # the float32 HF folder vLLM reads
-    target, tok = zoo.load_model(target_dir, dtype, device, quiet=True)
-    spec_methods = [m for m in args.methods if m != "baseline"]
-    heads = _heads_for(args, spec_methods, target_dir, out)  # exported for vLLM from the same weights
-    given = dict(h.split("=", 1) for h in args.heads)
-    drafters, origins = {}, {}
-    for m in spec_methods:
-        if m in given:
-            drafters[m], origins[m] = load_head(given[m], target, dtype=dtype, device=device), given[m]
+def load_vllm_results(folder: Path | str, names: list[str], log=print) -> dict:
+    """Runner results saved by an earlier run (``<folder>/<engine>.json`` or ``<folder>/<engine>/vllm_result.json``)."""
+    folder = Path(folder)
+    results, failed = [], {}
+    for name in names:
+        for cand in (folder / f"{name}.json", folder / name / "vllm_result.json"):
+            if cand.is_file():
+                res = json.loads(cand.read_text())
+                results.append(res)
+                _log_run(res["runs"][0], None, log)
+                break
         else:
-            drafters[m], origins[m] = default_drafter(target, m)
-    cfg = SweepConfig(methods=tuple(args.methods), ks=tuple(args.ks), extra_ks=(), concurrencies=tuple(args.concurrencies),
-                      workloads=tuple(args.workloads), max_new_tokens=args.max_new_tokens, min_prompts=args.min_prompts,
-                      ignore_eos=True, reference=False, cuda_graphs=on_cuda)
-    prompts = load_prompts(cfg, tok, target.config.max_position_embeddings, plan_cells(cfg))
-    ids = {w: [list(p.token_ids) for p in ps] for w, ps in prompts.items()}
+            failed[name] = f"no saved result for {name} in {folder}"
+    return _merge(results, failed)
 
-    # 1. vLLM, one engine at a time
-    spec_base = {"target": str(target_dir), "dtype": str(dtype).removeprefix("torch."), "max_model_len": 2048,
-                 "seed": 0, "prompt_sets": ids, "max_tokens": args.max_new_tokens, "temperature": 0.0,
-                 "ignore_eos": True, "detokenize": False, "min_prompts": args.min_prompts, "warmup": "waves",
-                 "enforce_eager": not on_cuda, "enable_prefix_caching": False,
-                 "gpu_memory_utilization": args.gpu_memory_utilization if on_cuda else None}
-    engines = ("baseline" in args.methods) + len(spec_methods) * len(args.ks)
-    print(f"vllm-compare: vLLM ({python}) on {device} ({spec_base['dtype']}), {engines} engines", flush=True)
-    t0 = time.perf_counter()
-    vres = _vllm_runs(args, spec_base, heads, python, out, on_cuda)
-    vllm_s = time.perf_counter() - t0
-    commit = git_commit()
-    rows = [{**r, "engine": "vllm"} for r in rows_from_result(vres, "", 0.0, args.max_new_tokens, 0, command, commit)]
+
+def _vllm_runs(args, spec_base: dict, heads: dict, python: str, out: Path, on_cuda: bool, env: dict,
+               log=lambda s: print(s, flush=True)) -> dict:
+    """One runner process per engine (its GPU memory is returned when it exits); the results merged."""
+    results, failed = [], {}
+    for e in _entries(args, heads):
+        t0 = time.perf_counter()
+        try:
+            res = run_vllm({**spec_base, "runs": [e]}, python, out / "vllm" / e["name"], timeout=args.vllm_timeout_s,
+                           in_process=not on_cuda, env=env)
+        except (RuntimeError, subprocess.TimeoutExpired) as err:  # one engine failing must not lose the others
+            failed[e["name"]] = str(err)[-2000:]
+            log(f"vllm {e['name']}: FAILED after {time.perf_counter() - t0:.0f} s: {str(err)[-1500:]}")
+            continue
+        results.append(res)
+        _log_run(res["runs"][0], time.perf_counter() - t0, log)
+    return _merge(results, failed)
+
+
+def build_document(args, info: dict, config: dict, vres: dict, rows: list[dict], ids: dict,
+                   ours_tokens: dict, target_fp32_loader) -> dict:
+    """The result document: both engines' rows, the per-cell comparison and the output agreement."""
     vllm_tokens = {}
     for run_ in vres["runs"]:
         for w in run_["waves"]:
             vllm_tokens[(w["workload"], run_["method"], run_["k"] if run_["method"] != "baseline" else 0,
                          w["concurrency"])] = w["outputs"]
-
-    # 2. ours, same cells
-    ours_tokens: dict = {}
-    ours_s = 0.0
-    if not args.skip_ours:
-        t0 = time.perf_counter()
-        res = run_sweep(target, tok, drafters, cfg, run_info=info, tokens_out=ours_tokens,
-                        extra_config={"heads": origins})
-        ours_s = time.perf_counter() - t0
-        rows += [{**r.to_dict(), "engine": "peagle_lab", "device": vres["device"], "commit": commit, "command": command}
-                 for r in res.rows]
-
-    # 3. agreement, and what the float32 target says at each first difference
-    agreements, margins = {}, {}
-    target32 = None
+    agreements, margins, target32 = {}, {}, None
     for key, theirs in vllm_tokens.items():
         if key not in ours_tokens:
             continue
         a = output_agreement(ours_tokens[key], theirs)
         agreements[key] = a
         if a["first_differences"]:
-            if target32 is None:
-                target32, _ = zoo.load_model(target_dir, torch.float32, device, quiet=True)
-            w = key[0]
-            n = len(theirs)
-            margins[key] = divergence_margins(target32, ids[w][:n], ours_tokens[key], theirs, a["first_differences"])
+            target32 = target32 or target_fp32_loader()
+            margins[key] = divergence_margins(target32, ids[key[0]][:len(theirs)], ours_tokens[key], theirs,
+                                              a["first_differences"])
     gaps = [abs(m["gap"]) for ms in margins.values() for m in ms if "gap" in m]
     summary = summarize(rows, agreements)
     total_req = sum(a["requests"] for a in agreements.values())
@@ -325,23 +302,54 @@ def run(args) -> int:
     }
     for x in summary["cells"]:
         x["al_within_3pct"] = abs(x["al_ratio"] - 1) <= 0.03
-
-    info.update({"device": vres["device"], "vllm": vres["versions"].get("vllm"), "vllm_torch": vres["versions"].get("torch"),
-                 "vllm_s": round(vllm_s, 1), "ours_s": round(ours_s, 1), "wall_s": round(time.perf_counter() - t_start, 1)})
-    config = {"methods": args.methods, "ks": args.ks, "concurrencies": args.concurrencies, "workloads": args.workloads,
-              "max_new_tokens": args.max_new_tokens, "min_prompts": args.min_prompts, "temperature": 0.0,
-              "ignore_eos": True, "dtype": spec_base["dtype"], "target": "SmolLM2-135M-Instruct (embedded default)",
-              "heads": origins, "vllm_settings": {r["name"]: r.get("settings", {}) | {
-                  "startup_s": round(r["startup_s"], 1), "warmup_s": round(r.get("warmup_s", 0.0), 1),
-                  "parallel_drafting": r["parallel_drafting"]} for r in vres["runs"]},
-              "prompts": {w: {"num": len(p), "ids": [x.id for x in prompts[w]]} for w, p in ids.items()}}
+    engines = sorted({r["engine"] for r in rows})
+    summary["status"] = "complete" if set(engines) == set(ENGINES) else f"partial: only {', '.join(engines)}"
     skipped = [{"workload": w, "method": e.split("-k")[0], "k": int(e.split("-k")[1]) if "-k" in e else 0,
                 "concurrency": c, "temperature": 0.0, "reason": f"vLLM engine failed: {why[-300:]}", "source": "vllm"}
-               for e, why in vres["failed"].items() for w in args.workloads for c in args.concurrencies]
-    doc = {"schema": SCHEMA, "run_info": info, "config": config, "rows": rows, "skipped": skipped,
-           "comparison": summary,
-           "agreement": {"/".join(map(str, k)): {**v, "margins": margins.get(k, [])} for k, v in agreements.items()}}
-    path = write_document(doc, Path(args.json) if args.json else out / "vllm_compare.json")
+               for e, why in vres.get("failed", {}).items() for w in args.workloads for c in args.concurrencies]
+    return {"schema": SCHEMA, "run_info": info, "config": config, "rows": rows, "skipped": skipped,
+            "comparison": summary,
+            "agreement": {"/".join(map(str, k)): {**v, "margins": margins.get(k, [])} for k, v in agreements.items()}}
+
+
+def _setup(args, device, dtype, out: Path):
+    """Target, tokenizer, our drafters and where they came from, the heads exported for vLLM, the
+    sweep config and its prompts (the same token ids go to both engines)."""
+    from ..bench.sweep import SweepConfig, load_prompts, plan_cells
+    from ..heads import default_drafter
+    from ..heads.io import load_head
+    from .. import zoo
+
+    target_dir = zoo.convert_default(quiet=True)  # the float32 HF folder vLLM reads
+    target, tok = zoo.load_model(target_dir, dtype, device, quiet=True)
+    spec_methods = [m for m in args.methods if m != "baseline"]
+    heads = {} if args.vllm_results else export_heads(args, spec_methods, target_dir, out)  # for vLLM, same weights
+    given = dict(h.split("=", 1) for h in args.heads)
+    drafters, origins = {}, {}
+    for m in spec_methods:
+        if m in given:
+            drafters[m], origins[m] = load_head(given[m], target, dtype=dtype, device=device), given[m]
+        else:
+            drafters[m], origins[m] = default_drafter(target, m)
+    cfg = SweepConfig(methods=tuple(args.methods), ks=tuple(args.ks), extra_ks=(), concurrencies=tuple(args.concurrencies),
+                      workloads=tuple(args.workloads), max_new_tokens=args.max_new_tokens, min_prompts=args.min_prompts,
+                      ignore_eos=True, reference=False, cuda_graphs=device.type == "cuda")
+    prompts = load_prompts(cfg, tok, target.config.max_position_embeddings, plan_cells(cfg))
+    return target_dir, target, tok, drafters, origins, heads, cfg, prompts
+
+
+def _config(args, spec_base: dict, origins: dict, vres: dict, prompts: dict) -> dict:
+    return {"methods": args.methods, "ks": args.ks, "concurrencies": args.concurrencies, "workloads": args.workloads,
+            "max_new_tokens": args.max_new_tokens, "min_prompts": args.min_prompts, "temperature": 0.0,
+            "ignore_eos": True, "dtype": spec_base["dtype"], "target": "SmolLM2-135M-Instruct (embedded default)",
+            "heads": origins, "vllm_settings": {r["name"]: r.get("settings", {}) | {
+                "startup_s": round(r["startup_s"], 1), "warmup_s": round(r.get("warmup_s", 0.0), 1),
+                "parallel_drafting": r["parallel_drafting"]} for r in vres["runs"]},
+            "prompts": {w: {"num": len(ps), "ids": [x.id for x in ps]} for w, ps in prompts.items()}}
+
+
+def _print_report(doc: dict, path: Path) -> None:
+    summary, info = doc["comparison"], doc["run_info"]
     print(comparison_table(summary))
     print()
     print(within_table(summary))
@@ -350,6 +358,71 @@ def run(args) -> int:
         print(f"greedy outputs equal on {100 * o['equal_rate']:.0f} % of {o['requests_compared']} requests; "
               f"first-difference logit gap (float32 target) median {o['first_difference_gap_median']}, "
               f"max {o['first_difference_gap_max']}")
-    print(f"vllm-compare: vLLM {vllm_s:.0f} s, ours {ours_s:.0f} s; wrote {path}")
-    return 0
+    print(f"vllm-compare: {summary['status']}; vLLM {info.get('vllm_s', 0):.0f} s, ours {info.get('ours_s', 0):.0f} s; "
+          f"wrote {path}")
 
+
+def run(args) -> int:
+    """``peagle-lab vllm-compare``: see the module docstring."""
+    from ..bench.schema import write_document
+    from ..bench.sweep import run_sweep
+    from ..devices import resolve_device, resolve_dtype
+    from ..provenance import git_commit, run_info
+    from .. import zoo
+
+    check_args(args)
+    python = None if args.vllm_results else find_vllm_python(args.vllm_python)
+    device = resolve_device(args.device)
+    dtype = resolve_dtype("bfloat16" if args.dtype == "auto" and device.type == "cuda" else args.dtype, device)
+    on_cuda = device.type == "cuda"
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    json_path = Path(args.json) if args.json else out / "vllm_compare.json"
+    command = getattr(args, "command_line", None) or shlex.join(["peagle-lab", *sys.argv[1:]])
+    info = run_info(command) | ({"note": args.note} if args.note else {})
+    t_start = time.perf_counter()
+    target_dir, target, tok, drafters, origins, heads, cfg, prompts = _setup(args, device, dtype, out)
+    ids = {w: [list(p.token_ids) for p in ps] for w, ps in prompts.items()}
+    env = {"VLLM_USE_FLASHINFER_SAMPLER": "0"}  # greedy needs no FlashInfer (not staged on the H200)
+    if args.vllm_runner == "v1":
+        env["VLLM_USE_V2_MODEL_RUNNER"] = "0"
+
+    # 1. vLLM, one engine at a time (or results saved by an earlier run)
+    spec_base = {"target": str(target_dir), "dtype": str(dtype).removeprefix("torch."), "max_model_len": 2048,
+                 "seed": 0, "prompt_sets": ids, "max_tokens": args.max_new_tokens, "temperature": 0.0,
+                 "ignore_eos": True, "detokenize": False, "min_prompts": args.min_prompts, "warmup": "waves",
+                 "enforce_eager": not on_cuda, "enable_prefix_caching": False,
+                 "gpu_memory_utilization": args.gpu_memory_utilization if on_cuda else None}
+    t0 = time.perf_counter()
+    if args.vllm_results:
+        print(f"vllm-compare: vLLM results from {args.vllm_results}", flush=True)
+        vres = load_vllm_results(args.vllm_results, [name for name, _, _ in _engines(args)])
+    else:
+        print(f"vllm-compare: vLLM ({python}) on {device} ({spec_base['dtype']}), {len(_engines(args))} engines",
+              flush=True)
+        vres = _vllm_runs(args, spec_base, heads, python, out, on_cuda, env)
+    commit = git_commit()
+    rows = [{**r, "engine": "vllm"} for r in rows_from_result(vres, "", 0.0, args.max_new_tokens, 0, command, commit)]
+    info.update({"device": vres["device"], "vllm": vres["versions"].get("vllm"), "vllm_torch": vres["versions"].get("torch"),
+                 "vllm_s": round(time.perf_counter() - t0, 1), "vllm_env": env})
+    config = _config(args, spec_base, origins, vres, prompts)
+
+    def target32():
+        return zoo.load_model(target_dir, torch.float32, device, quiet=True)[0]
+
+    # the vLLM half is saved before our sweep starts, so a run cut short keeps it
+    write_document(build_document(args, info, config, vres, rows, ids, {}, target32), json_path)
+
+    # 2. ours, same cells
+    ours_tokens: dict = {}
+    if not args.skip_ours:
+        t0 = time.perf_counter()
+        res = run_sweep(target, tok, drafters, cfg, run_info=info, tokens_out=ours_tokens,
+                        extra_config={"heads": origins})
+        info["ours_s"] = round(time.perf_counter() - t0, 1)
+        rows += [{**r.to_dict(), "engine": "peagle_lab", "device": vres["device"], "commit": commit, "command": command}
+                 for r in res.rows]
+    info["wall_s"] = round(time.perf_counter() - t_start, 1)
+    doc = build_document(args, info, config, vres, rows, ids, ours_tokens, target32)
+    _print_report(doc, write_document(doc, json_path))
+    return 0

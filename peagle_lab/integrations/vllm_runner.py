@@ -179,6 +179,7 @@ def engine_settings(llm) -> dict:
     out = {}
     for key, get in (("async_scheduling", lambda: cfg.scheduler_config.async_scheduling),
                      ("enforce_eager", lambda: cfg.model_config.enforce_eager),
+                     ("model_runner", lambda: "v2" if cfg.use_v2_model_runner else "v1"),
                      ("cudagraph_mode", lambda: str(cfg.compilation_config.cudagraph_mode)),
                      ("compilation_mode", lambda: str(getattr(cfg.compilation_config, "mode", None))),
                      ("max_num_batched_tokens", lambda: cfg.scheduler_config.max_num_batched_tokens),

@@ -3,7 +3,8 @@
 # an H200 uses, its missing dependencies, the SmolLM2 GGUF and the shipped heads' weights, in parts
 # small enough for one device call each.
 #
-#   bash scripts/gpu/vllm_bundle.sh [PART_MIB]     # default 58: the tree (~4 MiB) rides along
+#   bash scripts/gpu/vllm_bundle.sh [PART_MIB]     # default 55: the tracked tree (~6.5 MiB) rides along
+#                                                 # and a call carries 64 MiB in all
 #
 # Steps: download every wheel of scripts/gpu/vllm_wheels.txt (pip, --no-deps, cp312 manylinux) and
 # check its sha256; unpack vLLM and drop what an H200 run never loads (FlashAttention-2, the MoE
@@ -36,7 +37,7 @@ if [ "${1:-}" = "--restore" ]; then
   echo "vllm_bundle.sh: heads restored"
   exit 0
 fi
-part_mib=${1:-58}
+part_mib=${1:-55}
 PY=${PYTHON:-python3}
 wheels=$stage/wheels
 mkdir -p "$wheels"
