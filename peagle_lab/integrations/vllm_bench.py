@@ -186,16 +186,23 @@ def export_heads(args, methods: list[str], target_dir: Path, out: Path) -> dict[
     return heads
 
 
-def check_args(args) -> None:
-    """Refuse bad flag values before vLLM or any model is touched."""
-    from ..config import MAX_K, SpecConfig, check_int
+def check_grid(args) -> None:
+    """Refuse bad -k, --concurrency and --max-new-tokens values (vllm-bench and vllm-compare)."""
+    from ..config import MAX_K, check_int
 
     for k in args.ks:
         check_int("-k", k, 1, MAX_K)
     for c in args.concurrencies:
         check_int("--concurrency", c, 1, 4096)
-    check_int("--num-prompts", args.num_prompts, 1)
     check_int("--max-new-tokens", args.max_new_tokens, 1)
+
+
+def check_args(args) -> None:
+    """Refuse bad flag values before vLLM or any model is touched."""
+    from ..config import SpecConfig, check_int
+
+    check_grid(args)
+    check_int("--num-prompts", args.num_prompts, 1)
     SpecConfig(temperature=args.temperature)
     bad = [h for h in args.heads if "=" not in h or h.split("=", 1)[0] not in ("eagle3", "peagle")]
     if bad:

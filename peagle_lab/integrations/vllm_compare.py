@@ -29,7 +29,7 @@ from pathlib import Path
 
 import torch
 
-from .vllm_bench import SCHEMA, export_heads, find_vllm_python, rows_from_result, run_entry, run_vllm
+from .vllm_bench import SCHEMA, check_grid, export_heads, find_vllm_python, rows_from_result, run_entry, run_vllm
 
 ENGINES = ("vllm", "peagle_lab")
 
@@ -203,16 +203,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def check_args(args) -> None:
     """Refuse bad values; drop repeated K, c and workloads (each engine and cell runs once)."""
-    from ..config import MAX_K, check_int
+    from ..config import check_int
 
     for name in ("ks", "concurrencies", "workloads", "methods"):
         setattr(args, name, list(dict.fromkeys(getattr(args, name))))
-    for k in args.ks:
-        check_int("-k", k, 1, MAX_K)
-    for c in args.concurrencies:
-        check_int("--concurrency", c, 1, 4096)
+    check_grid(args)
     check_int("--min-prompts", args.min_prompts, 1)
-    check_int("--max-new-tokens", args.max_new_tokens, 1)
     if not 0.05 <= args.gpu_memory_utilization <= 0.95:
         raise ValueError(f"--gpu-memory-utilization {args.gpu_memory_utilization}: expected a share in [0.05, 0.95]")
 
