@@ -11,7 +11,7 @@ import torch
 from peagle_lab.bench.schema import SchemaError, validate_result
 from peagle_lab.integrations.vllm_bench import rows_from_result
 from peagle_lab.integrations.vllm_compare import (
-    add_arguments, best_k, build_document, check_args, comparison_table, divergence_margins, first_difference,
+    add_arguments, build_document, check_args, comparison_table, divergence_margins, first_difference,
     load_vllm_results, output_agreement, summarize, within_table,
 )
 from peagle_lab.integrations.vllm_runner import engine_settings, wave_prompts
@@ -92,8 +92,10 @@ def _both_engines(tps_ours: dict, tps_vllm: dict, al: float = 2.0) -> list[dict]
     rows = []
     for engine, tps in (("vllm", tps_vllm), ("peagle_lab", tps_ours)):
         for (m, k), v in tps.items():
-            rows.append({"engine": engine, "workload": "chat", "method": m, "k": k, "concurrency": 1, "tps": v,
-                         "acceptance_length": 1.0 if m == "baseline" else al, "step_ms": 1.0})
+            rows.append({"engine": engine, "source": engine, "workload": "chat", "method": m, "k": k, "concurrency": 1,
+                         "temperature": 0.0, "tps": v, "tpot_ms": 1.0, "acceptance_length": 1.0 if m == "baseline" else al,
+                         "per_position_acceptance": [], "num_drafts": 0, "num_accepted_tokens": 0, "verify_ms": None,
+                         "prep_ms": None, "draft_ms": None, "output_tokens": 128, "step_ms": 1.0})
     return rows
 
 
@@ -103,8 +105,8 @@ def test_summarize_ratios_and_best_k():
     s = summarize(rows, {("chat", "peagle", 7, 1): {"equal_rate": 1.0, "token_agreement": 1.0}})
     cell = next(x for x in s["cells"] if (x["method"], x["k"]) == ("peagle", 7))
     assert cell["ours_over_vllm"] == pytest.approx(1000 / 340) and cell["equal_rate"] == 1.0
-    assert best_k(rows, "vllm", "chat", "eagle3", 1)["k"] == 3
     within = {x["engine"]: x for x in s["within_engine"]}
+    assert within["vllm"]["eagle3_k"] == 3  # each method at its best K
     assert within["vllm"]["peagle_over_eagle3"] == pytest.approx(340 / 620)
     assert within["peagle_lab"]["peagle_over_eagle3"] == pytest.approx(1000 / 800)
     assert "| chat | peagle | 7 | 1 | 340 | 1,000 | 2.94× |" in comparison_table(s)

@@ -98,6 +98,20 @@ def run_entry(name: str, method: str, k: int, head_dir: Path | str | None, concu
             "concurrency": list(concurrency), "record_drafts": record_drafts}
 
 
+def engine_names(methods: list[str], ks: list[int]) -> list[tuple[str, str, int]]:
+    """(name, method, K) of every vLLM engine: plain once, each speculative method at each K.
+
+    >>> engine_names(["baseline", "peagle"], [3, 7])
+    [('baseline', 'baseline', 0), ('peagle-k3', 'peagle', 3), ('peagle-k7', 'peagle', 7)]
+    """
+    return [(f"{m}-k{k}" if m != "baseline" else m, m, k) for m in methods for k in ([0] if m == "baseline" else ks)]
+
+
+def engine_entries(methods: list[str], ks: list[int], heads: dict, concurrency: list[int]) -> list[dict]:
+    """The runner's ``runs``: one entry per engine of ``engine_names``."""
+    return [run_entry(name, m, k, heads.get(m), concurrency) for name, m, k in engine_names(methods, ks)]
+
+
 def rows_from_result(result: dict, workload: str, temperature: float, max_new_tokens: int,
                      num_prompts: int, command: str, commit: str | None) -> list[dict]:
     """Schema rows (``source="vllm"``) for every (run, wave set) of a runner result.
@@ -223,8 +237,7 @@ def run(args) -> int:
     tok = load_tokenizer(target_dir)
     prompts = [list(p.token_ids) for p in load_workload(args.workload, args.num_prompts, tokenizer=tok)]
     heads = export_heads(args, [m for m in args.methods if m != "baseline"], target_dir, out)
-    runs = [run_entry(f"{m}-k{k}" if m != "baseline" else m, m, k, heads.get(m), args.concurrencies)
-            for m in args.methods for k in ([0] if m == "baseline" else args.ks)]
+    runs = engine_entries(args.methods, args.ks, heads, args.concurrencies)
     spec = {"target": str(target_dir), "dtype": "float32", "max_model_len": 2048, "seed": 0, "prompts": prompts,
             "max_tokens": args.max_new_tokens, "temperature": args.temperature, "runs": runs}
     print(f"running vLLM ({python}) on {len(runs)} engines; log: {out / 'vllm.log'}", flush=True)

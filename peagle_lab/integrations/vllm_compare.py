@@ -29,7 +29,12 @@ from pathlib import Path
 
 import torch
 
-from .vllm_bench import SCHEMA, check_grid, export_heads, find_vllm_python, rows_from_result, run_entry, run_vllm
+from ..bench.analysis import best_k
+from ..bench.schema import BenchRow
+from ..bench.sweep import agreement
+from .vllm_bench import (
+    SCHEMA, check_grid, engine_entries, engine_names, export_heads, find_vllm_python, rows_from_result, run_vllm,
+)
 
 ENGINES = ("vllm", "peagle_lab")
 
@@ -59,16 +64,12 @@ def output_agreement(ours: list[list[int]], theirs: list[list[int]]) -> dict:
     """
     if len(ours) != len(theirs):
         raise ValueError(f"{len(ours)} outputs against {len(theirs)}: the engines decoded different prompt lists")
-    diffs, same, total = [], 0, 0
-    for i, (a, b) in enumerate(zip(ours, theirs)):
-        j = first_difference(a, b)
-        total += max(len(a), len(b))
-        same += max(len(a), len(b)) if j is None else j
-        if j is not None:
-            diffs.append({"request": i, "position": j})
+    diffs = [{"request": i, "position": j} for i, (a, b) in enumerate(zip(ours, theirs))
+             if (j := first_difference(a, b)) is not None]
     n = len(ours)
     return {"requests": n, "equal_rate": (n - len(diffs)) / n if n else 1.0,
-            "token_agreement": same / total if total else 1.0, "first_differences": diffs}
+            "token_agreement": agreement(ours, theirs) if any(ours) or any(theirs) else 1.0,
+            "first_differences": diffs}
 
 
 @torch.no_grad()
@@ -105,12 +106,6 @@ def _row_index(rows: list[dict]) -> dict:
     return {(r["engine"], r["workload"], r["method"], r["k"], r["concurrency"]): r for r in rows}
 
 
-def best_k(rows: list[dict], engine: str, workload: str, method: str, c: int) -> dict | None:
-    """The row of ``method``'s best K (highest TPS) in ``engine`` at (workload, c)."""
-    cands = [r for r in rows if (r["engine"], r["workload"], r["method"], r["concurrency"]) == (engine, workload, method, c)]
-    return max(cands, key=lambda r: r["tps"]) if cands else None
-
-
 def summarize(rows: list[dict], agreements: dict) -> dict:
     """Per cell: both engines' TPS and AL, ours / vLLM, output agreement; per (engine, workload, c):
     P-EAGLE / EAGLE-3 at each method's best K, and each speculative method over plain decoding.
@@ -133,10 +128,10 @@ def summarize(rows: list[dict], agreements: dict) -> dict:
                       "step_ms_vllm": r.get("step_ms"), "step_ms_ours": o.get("step_ms"),
                       "equal_rate": a.get("equal_rate"), "token_agreement": a.get("token_agreement")})
     within = []
-    for engine in ENGINES:
+    for engine in ENGINES:  # an engine's rows carry it as their source too
+        best = {key: r.to_dict() for key, r in best_k([BenchRow.from_dict(r) for r in rows], source=engine).items()}
         for w, c in sorted({(r["workload"], r["concurrency"]) for r in rows if r["engine"] == engine}):
-            e3, pe = best_k(rows, engine, w, "eagle3", c), best_k(rows, engine, w, "peagle", c)
-            plain = best_k(rows, engine, w, "baseline", c)
+            e3, pe, plain = (best.get((w, 0.0, m, c)) for m in ("eagle3", "peagle", "baseline"))
             within.append({"engine": engine, "workload": w, "concurrency": c,
                            "plain_tps": plain["tps"] if plain else None,
                            "eagle3_tps": e3["tps"] if e3 else None, "eagle3_k": e3["k"] if e3 else None,
@@ -213,16 +208,6 @@ def check_args(args) -> None:
         raise ValueError(f"--gpu-memory-utilization {args.gpu_memory_utilization}: expected a share in [0.05, 0.95]")
 
 
-def _engines(args) -> list[tuple[str, str, int]]:
-    """(name, method, K) of every vLLM engine the flags ask for, in run order."""
-    return [(f"{m}-k{k}" if m != "baseline" else m, m, k)
-            for m in args.methods for k in ([0] if m == "baseline" else args.ks)]
-
-
-def _entries(args, heads: dict) -> list[dict]:
-    return [run_entry(name, m, k, heads.get(m), args.concurrencies) for name, m, k in _engines(args)]
-
-
 def _log_run(run: dict, total_s: float | None, log) -> None:
     s = run.get("settings", {})
     log(f"vllm {run['name']} ({s.get('model_runner', '?')} model runner, parallel drafting "
@@ -261,7 +246,7 @@ def _vllm_runs(args, spec_base: dict, heads: dict, python: str, out: Path, on_cu
                log=lambda s: print(s, flush=True)) -> dict:
     """One runner process per engine (its GPU memory is returned when it exits); the results merged."""
     results, failed = [], {}
-    for e in _entries(args, heads):
+    for e in engine_entries(args.methods, args.ks, heads, args.concurrencies):
         t0 = time.perf_counter()
         try:
             res = run_vllm({**spec_base, "runs": [e]}, python, out / "vllm" / e["name"], timeout=args.vllm_timeout_s,
@@ -311,12 +296,14 @@ def build_document(args, info: dict, config: dict, vres: dict, rows: list[dict],
     }
     for x in summary["cells"]:
         x["al_within_3pct"] = abs(x["al_ratio"] - 1) <= 0.03
-    skipped = [{"workload": w, "method": e.split("-k")[0], "k": int(e.split("-k")[1]) if "-k" in e else 0,
-                "concurrency": c, "temperature": 0.0, "reason": f"vLLM engine failed: {why[-300:]}", "source": "vllm"}
-               for e, why in vres.get("failed", {}).items() for w in args.workloads for c in args.concurrencies]
+    failed = vres.get("failed", {})
+    skipped = [{"workload": w, "method": m, "k": k, "concurrency": c, "temperature": 0.0,
+                "reason": f"vLLM engine failed: {failed[name][-300:]}", "source": "vllm"}
+               for name, m, k in engine_names(args.methods, args.ks) if name in failed
+               for w in args.workloads for c in args.concurrencies]
     skipped += ours_skipped or []
     engines = sorted({r["engine"] for r in rows})
-    planned = {(w, m, k, c) for _, m, k in _engines(args) for w in args.workloads for c in args.concurrencies}
+    planned = {(w, m, k, c) for _, m, k in engine_names(args.methods, args.ks) for w in args.workloads for c in args.concurrencies}
     have = {(x["workload"], x["method"], x["k"], x["concurrency"]) for x in summary["cells"]}
     if set(engines) != set(ENGINES):
         summary["status"] = f"partial: only {', '.join(engines) or 'no engine'}"
@@ -414,9 +401,9 @@ def run(args) -> int:
     t0 = time.perf_counter()
     if args.vllm_results:
         print(f"vllm-compare: vLLM results from {args.vllm_results}", flush=True)
-        vres = load_vllm_results(args.vllm_results, [name for name, _, _ in _engines(args)])
+        vres = load_vllm_results(args.vllm_results, [name for name, _, _ in engine_names(args.methods, args.ks)])
     else:
-        print(f"vllm-compare: vLLM ({python}) on {device} ({spec_base['dtype']}), {len(_engines(args))} engines",
+        print(f"vllm-compare: vLLM ({python}) on {device} ({spec_base['dtype']}), {len(engine_names(args.methods, args.ks))} engines",
               flush=True)
         vres = _vllm_runs(args, spec_base, heads, python, out, on_cuda, env)
     commit = git_commit()

@@ -137,16 +137,14 @@ def read_counters(llm) -> dict:
                 per_pos[pos] = per_pos.get(pos, 0) + int(m.value)
         if m.name == ITERATIONS and hasattr(m, "count"):
             values["engine_steps"] = values.get("engine_steps", 0) + int(m.count)
-            values["iteration_tokens"] = values.get("iteration_tokens", 0) + int(getattr(m, "sum", 0))
     values["accepted_per_position"] = [per_pos[i] for i in sorted(per_pos)]
     return values
 
 
 def counter_delta(after: dict, before: dict) -> dict:
     d = {k: after[k] - before[k] for k in COUNTERS}
-    for k in ("engine_steps", "iteration_tokens"):
-        if k in after:
-            d[k] = after[k] - before.get(k, 0)
+    if "engine_steps" in after:
+        d["engine_steps"] = after["engine_steps"] - before.get("engine_steps", 0)
     a, b = after["accepted_per_position"], before["accepted_per_position"]
     b = b + [0] * (len(a) - len(b))
     d["accepted_per_position"] = [x - y for x, y in zip(a, b)]
