@@ -11,7 +11,8 @@
 #    prompts at K=3 and K=7 (parallel_drafting on for P-EAGLE) and checks (a) outputs equal
 #    vLLM's plain ones, (b) the parallel path (one drafter pass per step), (c) AL within
 #    ±10 % of our engine's, (d) every draft token equal to our engine's;
-# 3. `peagle-lab vllm-compare` at a small size: both engines' greedy outputs equal, AL within 3 %.
+# 3. `peagle-lab vllm-compare` at a small size: both engines' greedy outputs equal, AL within 3 %,
+#    and our AL on vLLM's own outputs (--same-text) within 3 % of vLLM's.
 #
 # Environment: VLLM_VENV (default ~/.cache/peagle_lab/vllm-venv, reused when its pins
 # match), PYTHON (the project interpreter, default .venv/bin/python), VLLM_CHECK_OUT,
@@ -47,12 +48,15 @@ checked=$(date +%s)
 #    engines must produce the same greedy tokens, with AL within 3 %.
 OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" "$PYTHON" -m peagle_lab.cli vllm-compare --device cpu \
   --vllm-python "$VLLM_VENV/bin/python" --methods baseline peagle -k 3 -c 1 2 --workloads chat \
-  --max-new-tokens 8 --min-prompts 2 --out "$OUT/compare" || status=$?
+  --max-new-tokens 8 --min-prompts 2 --same-text --out "$OUT/compare" || status=$?
 "$PYTHON" - "$OUT/compare/vllm_compare.json" <<'EOF' || status=$?
 import json, sys
 doc = json.load(open(sys.argv[1]))
 s = doc["comparison"]
 bad = [c for c in s["cells"] if not c["al_within_3pct"] or c["equal_rate"] != 1.0]
+bad += [c for c in s.get("same_text", []) if not c["al_within_3pct"]]
+if not s.get("same_text"):
+    bad.append("no same-text cells")
 print(f"[vllm-step] vllm-compare: {s['status']}, {len(s['cells'])} cells, outputs equal on "
       f"{100 * s['outputs']['equal_rate']:.0f} % of {s['outputs']['requests_compared']} requests")
 if s["status"] != "complete" or bad or s["outputs"]["equal_rate"] != 1.0:

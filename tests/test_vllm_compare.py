@@ -12,11 +12,13 @@ from peagle_lab.bench.schema import SchemaError, validate_result
 from peagle_lab.integrations.vllm_bench import rows_from_result
 from peagle_lab.integrations.vllm_compare import (
     add_arguments, build_document, check_args, comparison_table, divergence_margins, first_difference,
-    load_vllm_results, output_agreement, summarize, within_table,
+    load_vllm_results, output_agreement, same_text_cells, same_text_table, summarize, within_table,
 )
 from peagle_lab.integrations.vllm_runner import engine_settings, wave_prompts
 from peagle_lab.provenance import run_info
-from peagle_lab.testing import tiny_target
+from peagle_lab.config import SpecConfig
+from peagle_lab.engine import SpecDecoder
+from peagle_lab.testing import tiny_drafter, tiny_target
 
 
 def args_for(*argv):
@@ -76,6 +78,26 @@ def test_divergence_margins_report_the_float32_logit_gap():
     assert (m["rank_ours"], m["rank_vllm"]) == (0, 1)
     assert m["gap"] == pytest.approx(float(logits[top2[0]] - logits[top2[1]]), abs=1e-5)
     assert m["gap"] > 0
+
+
+def test_same_text_al_of_vllm_outputs_that_our_engine_produced_is_ours():
+    # vLLM's "outputs" and counters here are our own engine's: the same-text AL must match them exactly,
+    # and a vLLM AL half as high must show up as a ratio of 2
+    target = tiny_target(seed=2, vocab_size=6, eos_token_id=None)
+    drafter = tiny_drafter(target, "peagle", seed=4)
+    prompts = [[1, 2, 3], [4], [5, 0, 5, 0]]
+    own = SpecDecoder(target, drafter, SpecConfig(method="peagle", num_speculative_tokens=3, max_new_tokens=20)
+                      ).generate(prompts, eos_token_ids=())
+    m = own.metrics
+    vres = runner_result("peagle", 3, {("chat", 1): own.tokens}, accepted=m.num_accepted_tokens, drafts=m.num_drafts)
+    halved = runner_result("peagle", 3, {("chat", 1): own.tokens}, accepted=0, drafts=m.num_drafts)
+    logs = []
+    [x] = same_text_cells(vres, {"chat": prompts}, target, {"peagle": drafter}, batch=2, log=logs.append)
+    assert m.num_accepted_tokens > 0 and x["al_ratio"] == pytest.approx(1.0) and x["al_within_3pct"]
+    assert (x["requests"], x["concurrency"], x["k"]) == (3, 1, 3) and "AL vLLM" in logs[0]
+    [y] = same_text_cells(halved, {"chat": prompts}, target, {"peagle": drafter}, log=logs.append)
+    assert y["al_vllm"] == 1.0 and y["al_ratio"] == pytest.approx(m.acceptance_length) and not y["al_within_3pct"]
+    assert "| chat | peagle | 3 | 1 | 3 |" in same_text_table([x])
 
 
 # ------------------------------------------------------------------ rows and tables

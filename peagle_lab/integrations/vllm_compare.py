@@ -15,6 +15,11 @@ target HF folder, heads exported for vLLM (export_for_vllm), prompts of our work
 Where greedy outputs differ, the first differing token is checked against a float32 copy
 of the target (``divergence_margins``): the two candidates' logit gap at that position
 tells a bf16 near-tie (gap of a few hundredths) from a real mismatch.
+
+Once outputs part ways, each engine measures its drafter on a different continuation, so
+per-cell AL can differ by a few per cent for that reason alone. ``--same-text`` adds the
+like-for-like figure: our engine's AL on vLLM's own outputs (``bench.forced``: the target's
+greedy choices forced to vLLM's tokens, the drafter fed the target's real hidden states).
 """
 from __future__ import annotations
 
@@ -29,6 +34,7 @@ from pathlib import Path
 
 import torch
 
+from ..acceptance import acceptance_length
 from ..bench.analysis import best_k
 from ..bench.schema import BenchRow
 from ..bench.sweep import agreement
@@ -167,6 +173,44 @@ def within_table(summary: dict) -> str:
     return "\n".join(lines)
 
 
+def same_text_cells(vres: dict, ids: dict, target, drafters: dict, batch: int = 8, log=print) -> list[dict]:
+    """Per speculative vLLM cell: vLLM's AL and ours on the same text (vLLM's outputs, forced).
+
+    ``ids[workload]`` are the prompts both engines decoded (vLLM's outputs follow their order).
+    """
+    from ..bench.forced import acceptance_on_text
+    from ..config import SpecConfig
+
+    cells = []
+    for run_ in vres["runs"]:
+        if run_["method"] == "baseline" or run_["method"] not in drafters:
+            continue
+        spec = SpecConfig(method=run_["method"], num_speculative_tokens=run_["k"])
+        for w in run_["waves"]:
+            t0, outs = time.perf_counter(), w["outputs"]
+            ours = acceptance_on_text(target, drafters[run_["method"]], spec, ids[w["workload"]][:len(outs)], outs,
+                                      batch=batch)
+            cnt = w["counters"]
+            al_v = acceptance_length(cnt["num_accepted_tokens"], cnt["num_drafts"])
+            cells.append({"workload": w["workload"], "method": run_["method"], "k": run_["k"],
+                          "concurrency": w["concurrency"], "requests": len(outs), "al_vllm": al_v,
+                          "al_ours_same_text": ours["acceptance_length"],
+                          "al_ratio": ours["acceptance_length"] / al_v,
+                          "al_within_3pct": abs(ours["acceptance_length"] / al_v - 1) <= 0.03})
+            log(f"same text: {w['workload']} {run_['name']} c={w['concurrency']}: AL vLLM {al_v:.3f}, ours "
+                f"{ours['acceptance_length']:.3f} ({time.perf_counter() - t0:.0f} s)")
+    return cells
+
+
+def same_text_table(cells: list[dict]) -> str:
+    """``same_text_cells`` as Markdown."""
+    lines = ["| workload | method | K | c | requests | AL vLLM | AL ours, same text | ours / vLLM |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    lines += [f"| {x['workload']} | {x['method']} | {x['k']} | {x['concurrency']} | {x['requests']} | "
+              f"{x['al_vllm']:.3f} | {x['al_ours_same_text']:.3f} | {x['al_ratio']:.3f} |" for x in cells]
+    return "\n".join(lines)
+
+
 # ------------------------------------------------------------------ CLI
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -194,6 +238,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="use runner results saved by an earlier run (DIR/<engine>.json) instead of running vLLM")
     p.add_argument("--out", default="vllm_compare", help="work folder: exported heads, specs, logs")
     p.add_argument("--json", help="where to write the result (default: OUT/vllm_compare.json)")
+    p.add_argument("--same-text", action="store_true",
+                   help="also our drafters' AL on vLLM's own outputs (teacher-forced, like for like; see bench.forced)")
+    p.add_argument("--same-text-batch", type=int, default=8, metavar="N",
+                   help="requests per forced generate call (--same-text)")
 
 
 def check_args(args) -> None:
@@ -204,6 +252,7 @@ def check_args(args) -> None:
         setattr(args, name, list(dict.fromkeys(getattr(args, name))))
     check_grid(args)
     check_int("--min-prompts", args.min_prompts, 1)
+    check_int("--same-text-batch", args.same_text_batch, 1)
     if not 0.05 <= args.gpu_memory_utilization <= 0.95:
         raise ValueError(f"--gpu-memory-utilization {args.gpu_memory_utilization}: expected a share in [0.05, 0.95]")
 
@@ -362,6 +411,10 @@ def _print_report(doc: dict, path: Path) -> None:
         print(f"greedy outputs equal on {100 * o['equal_rate']:.0f} % of {o['requests_compared']} requests; "
               f"first-difference logit gap (float32 target) median {o['first_difference_gap_median']}, "
               f"max {o['first_difference_gap_max']}")
+    if summary.get("same_text"):
+        st = summary["same_text"]
+        print(f"\n{same_text_table(st)}\nsame text: AL within 3 % of vLLM's in {sum(x['al_within_3pct'] for x in st)} "
+              f"of {len(st)} cells (ours / vLLM {min(x['al_ratio'] for x in st):.3f}–{max(x['al_ratio'] for x in st):.3f})")
     print(f"vllm-compare: {summary['status']}; vLLM {info.get('vllm_s', 0):.0f} s, ours {info.get('ours_s', 0):.0f} s; "
           f"wrote {path}")
 
@@ -430,5 +483,10 @@ def run(args) -> int:
     info["wall_s"] = round(time.perf_counter() - t_start, 1)
     doc = build_document(args, info, config, vres, rows, ids, ours_tokens, target32,
                          [vars(x).copy() for x in res.skipped] if not args.skip_ours else [])
+    if args.same_text:
+        t0 = time.perf_counter()
+        doc["comparison"]["same_text"] = same_text_cells(vres, ids, target, drafters, args.same_text_batch)
+        info.update(same_text_s=round(time.perf_counter() - t0, 1), same_text_device=here,
+                    same_text_dtype=str(dtype).removeprefix("torch."))
     _print_report(doc, write_document(doc, json_path))
     return 0
