@@ -218,3 +218,21 @@ def test_k_scaling_figure_draws_every_k_of_the_committed_sweep():
     assert list(tps_c1_peagle.y) == [rows[("peagle", 1, k)]["tps"] for k in range(1, 9)]
     with pytest.raises(ValueError, match="long"):
         k_scaling_figure(bench, "long")
+
+
+def test_engines_figure_draws_both_engines_of_the_committed_comparison():
+    import json
+    from pathlib import Path
+
+    from peagle_lab.lab.figures import engines_figure
+
+    doc = json.loads((Path(__file__).parents[1] / "docs/results/h200/vllm_gpu.json").read_text())
+    fig = engines_figure(doc, "code", (1, 64))
+    assert [t.name for t in fig.data] == ["vllm", "peagle_lab"] * 2
+    rows = {(r["engine"], r["method"], r["k"], r["concurrency"]): r for r in doc["rows"] if r["workload"] == "code"}
+    ours_c64 = fig.data[3]
+    assert list(ours_c64.x) == ["plain decoding", "EAGLE-3 K=3", "EAGLE-3 K=5", "EAGLE-3 K=7",
+                                "P-EAGLE K=3", "P-EAGLE K=5", "P-EAGLE K=7"]
+    assert ours_c64.y[4] == rows[("peagle_lab", "peagle", 3, 64)]["tps"]
+    with pytest.raises(ValueError, match="long"):
+        engines_figure(doc, "long")
