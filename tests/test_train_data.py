@@ -156,8 +156,14 @@ def test_card_counts_match_the_shards(dataset):
     assistant = card["splits"]["train"]["assistant_tokens"] + card["splits"]["heldout"]["assistant_tokens"]
     assert tp["total"]["tokens"] == assistant  # Magpie and follow-ups are stubbed: responses are all it generated
     assert tp["total"]["tokens_per_s"] > 0 and not card["stopped_by_token_target"]
+    greedy = tp["per_rank"][0]["phases"]["greedy"]["engine"]  # where the generation time went
+    assert greedy["chunks"] >= 1 and greedy["steps"] >= 1 and greedy["decode_tokens"] <= greedy["row_steps"]
+    assert 0 < greedy["row_use"] <= 1 and greedy["step_ms"] > 0
+    assert greedy["prefill_s"] + greedy["decode_s"] + greedy["other_s"] == pytest.approx(
+        tp["per_rank"][0]["phases"]["greedy"]["seconds"])
     md = (out / "card.md").read_text()
     assert f"| train | {card['splits']['train']['examples']} |" in md and "tok/s" in md
+    assert "| 0 | greedy |" in md and f"| {100 * greedy['row_use']:.0f} % |" in md
 
 
 def test_tampered_or_incomplete_folders_are_refused(dataset, tmp_path):

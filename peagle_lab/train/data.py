@@ -147,7 +147,10 @@ def generate_responses(target, prompts: list[tuple], *, temperature: float, max_
             break
         chunk = order[start:start + concurrency]
         cfg = SpecConfig(method="baseline", temperature=temperature, max_new_tokens=max_new_tokens, seed=seed + n)
-        res = SpecDecoder(target, None, cfg).generate([prompts[i].ids for i in chunk], eos_token_ids=eos)
+        engine = SpecDecoder(target, None, cfg)
+        res = engine.generate([prompts[i].ids for i in chunk], eos_token_ids=eos)
+        if budget is not None:
+            budget.record(res.metrics, engine.warmup_s)
         for i, toks in zip(chunk, res.tokens):
             p = prompts[i]
             if budget is not None:
@@ -165,11 +168,17 @@ class _Phases:
 
     @contextmanager
     def __call__(self, name: str, budget: Budget, requests: int):
-        t, tokens = time.monotonic(), budget.tokens
+        t, tokens, engine = time.monotonic(), budget.tokens, dict(budget.engine)
         row = {"requests": requests, "done": 0}
         yield row  # the phase sets row["done"]
         seconds, made = time.monotonic() - t, budget.tokens - tokens
-        self.rows[name] = dict(row, tokens=made, seconds=seconds, tokens_per_s=made / seconds if seconds > 0 else 0.0)
+        spent = {k: budget.engine[k] - engine[k] for k in engine}
+        # the rest of the phase's time: the host outside generate (tokenising, filtering, new engines)
+        spent["other_s"] = seconds - spent["prefill_s"] - spent["decode_s"]
+        spent["row_use"] = spent["decode_tokens"] / spent["row_steps"] if spent["row_steps"] else None
+        spent["step_ms"] = 1e3 * spent["decode_s"] / spent["steps"] if spent["steps"] else None
+        self.rows[name] = dict(row, tokens=made, seconds=seconds, tokens_per_s=made / seconds if seconds > 0 else 0.0,
+                               engine=spent)
 
 
 def _pool_prompts(gathered: list, cfg: DataConfig, excl: Exclusions) -> tuple[list[tuple], dict]:

@@ -177,6 +177,15 @@ def throughput_section(reports: list[dict]) -> dict:
             "total": {"tokens": tokens, "seconds": wall, "tokens_per_s": tokens / wall if wall else 0.0}}
 
 
+def _engine_cells(e: dict | None) -> str:
+    """A phase's engine split as card.md cells (cards written before it was recorded: dashes)."""
+    if not e or not e.get("chunks"):
+        return " | ".join(["—"] * 5)
+    step = "—" if e.get("step_ms") is None else f"{e['step_ms']:.2f}"
+    busy = "—" if e.get("row_use") is None else f"{100 * e['row_use']:.0f} %"
+    return f"{e['prefill_s']:.1f} | {e['decode_s']:.1f} | {e['other_s']:.1f} | {step} | {busy}"
+
+
 def write_card(out_dir: Path, card: dict) -> None:
     """The Markdown card, then ``card.json``: the file that marks the folder complete."""
     with atomic_path(out_dir / "card.md") as tmp:
@@ -215,12 +224,16 @@ def card_markdown(card: dict) -> str:
               f"loss ({card.get('splits', {}).get('train', {}).get('multi_turn', 0)} two-turn examples).", ""]
     tp = card.get("throughput", {})
     if tp:
-        lines += ["## Throughput (generated tokens / s)", "", "| rank | phase | requests | done | tokens | s | tok/s |",
-                  "|---|---|---|---|---|---|---|"]
+        lines += ["## Throughput (generated tokens / s)", "",
+                  "Where the time went: the engine's prefill and decode seconds, the rest of the phase (host work "
+                  "outside `generate`), the decode step, and how busy the rows were (decoded tokens over rows × "
+                  "steps: a finished request's row idles until its chunk's longest request ends).", "",
+                  "| rank | phase | requests | done | tokens | s | tok/s | prefill s | decode s | other s | ms/step "
+                  "| rows busy |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in tp.get("per_rank", []):
             for phase, p in r["phases"].items():
                 lines.append(f"| {r['rank']} | {phase} | {p['requests']} | {p['done']} | {p['tokens']} "
-                             f"| {p['seconds']:.1f} | {p['tokens_per_s']:.0f} |")
+                             f"| {p['seconds']:.1f} | {p['tokens_per_s']:.0f} | {_engine_cells(p.get('engine'))} |")
         t = tp.get("total", {})
         lines += ["", f"Total: {t.get('tokens', 0)} tokens in {t.get('seconds', 0):.1f} s, "
                       f"{t.get('tokens_per_s', 0):.0f} tokens/s.", ""]

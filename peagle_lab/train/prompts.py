@@ -210,6 +210,9 @@ def derive_seed(*parts) -> int:
     return int.from_bytes(hashlib.sha256(repr(parts).encode()).digest()[:8], "big") >> 2
 
 
+ENGINE_TIMES = ("chunks", "prefill_s", "decode_s", "warmup_s", "steps", "row_steps", "decode_tokens")
+
+
 class Budget:
     """When to stop starting generation chunks (a deadline, a token allowance), and tokens made.
 
@@ -221,9 +224,26 @@ class Budget:
     def __init__(self, deadline: float | None = None, max_tokens: int | None = None) -> None:
         self.deadline, self.max_tokens = deadline, max_tokens
         self.tokens, self.stopped_by = 0, None  # stopped_by: why the first chunk was refused
+        # where generation time went, summed over chunks (see record): the card's per-phase split
+        self.engine = dict.fromkeys(ENGINE_TIMES, 0.0)
 
     def add(self, tokens: int) -> None:
         self.tokens += tokens
+
+    def record(self, metrics, warmup_s: float) -> None:
+        """One chunk's engine figures (``Metrics`` of its ``generate``, the engine's warm-up seconds).
+
+        ``row_steps`` counts request rows times decode steps, so ``decode_tokens / row_steps`` is
+        how busy the chunk's rows were (rows of finished requests idle until the longest ends).
+        """
+        e = self.engine
+        e["chunks"] += 1
+        e["prefill_s"] += metrics.prefill_s
+        e["decode_s"] += metrics.decode_s
+        e["warmup_s"] += warmup_s
+        e["steps"] += metrics.num_steps
+        e["row_steps"] += metrics.num_requests * metrics.num_steps
+        e["decode_tokens"] += metrics.output_tokens - metrics.num_requests  # the first token is prefill's
 
     def exhausted(self) -> str | None:
         """Why no new chunk may start (``"time_budget"`` / ``"token_target"``), or None."""
@@ -252,7 +272,10 @@ def sample_user_turns(target, tokenizer, prefixes: list[list[int]], *, temperatu
             break
         cfg = SpecConfig(method="baseline", temperature=temperatures[i % len(temperatures)],
                          max_new_tokens=max_new_tokens, seed=seed + i)
-        res = SpecDecoder(target, None, cfg).generate(prefixes[start:start + concurrency], eos_token_ids=eos)
+        engine = SpecDecoder(target, None, cfg)
+        res = engine.generate(prefixes[start:start + concurrency], eos_token_ids=eos)
+        if budget is not None:
+            budget.record(res.metrics, engine.warmup_s)
         for toks in res.tokens:
             if budget is not None:
                 budget.add(len(toks))
