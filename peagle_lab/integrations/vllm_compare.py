@@ -419,6 +419,15 @@ def _print_report(doc: dict, path: Path) -> None:
           f"wrote {path}")
 
 
+def _add_same_text(doc: dict, info: dict, vres: dict, ids: dict, target, drafters: dict, batch: int,
+                   device: str) -> None:
+    """``--same-text``: the like-for-like AL cells into the document, their time and device into run_info."""
+    t0 = time.perf_counter()
+    doc["comparison"]["same_text"] = same_text_cells(vres, ids, target, drafters, batch)
+    info.update(same_text_s=round(time.perf_counter() - t0, 1), same_text_device=device,
+                same_text_dtype=str(target.dtype).removeprefix("torch."))
+
+
 def run(args) -> int:
     """``peagle-lab vllm-compare``: see the module docstring."""
     from ..bench.schema import write_document
@@ -484,9 +493,6 @@ def run(args) -> int:
     doc = build_document(args, info, config, vres, rows, ids, ours_tokens, target32,
                          [vars(x).copy() for x in res.skipped] if not args.skip_ours else [])
     if args.same_text:
-        t0 = time.perf_counter()
-        doc["comparison"]["same_text"] = same_text_cells(vres, ids, target, drafters, args.same_text_batch)
-        info.update(same_text_s=round(time.perf_counter() - t0, 1), same_text_device=here,
-                    same_text_dtype=str(dtype).removeprefix("torch."))
+        _add_same_text(doc, info, vres, ids, target, drafters, args.same_text_batch, here)
     _print_report(doc, write_document(doc, json_path))
     return 0
