@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from peagle_lab import step
 from peagle_lab.bench.forced import acceptance_on_text, forced_target
 from peagle_lab.config import SpecConfig
 from peagle_lab.engine import SpecDecoder
@@ -81,3 +82,44 @@ def test_bad_input_gets_clear_errors(target):
     with pytest.raises(ValueError, match="outside the vocabulary"):
         with forced_target(target, [[1, 9]]):
             pass
+
+
+@pytest.mark.parametrize("method", ["eagle3", "peagle"])
+def test_the_counts_match_a_recount_of_the_recorded_drafts_against_the_text(target, method, monkeypatch):
+    # every draft the engine made, checked against the forced text by hand: leading matches are accepted
+    k, text = 3, torch.randint(0, 6, (40,), generator=torch.Generator().manual_seed(1)).tolist()
+    new = len(text) - k - 1  # every draft of every step stays inside the text
+    drafts, real = [], step.draft
+
+    def spy(*args, **kwargs):
+        res = real(*args, **kwargs)
+        drafts.append(res.tokens[0].tolist())
+        return res
+    monkeypatch.setattr(step, "draft", spy)
+    engine = SpecDecoder(target, tiny_drafter(target, method, seed=4),
+                         SpecConfig(method=method, num_speculative_tokens=k, max_new_tokens=new, cuda_graphs=False))
+    with forced_target(target, [PROMPTS[0] + text]):
+        res = engine.generate([PROMPTS[0]], eos_token_ids=())
+    assert res.tokens == [text[:new]]
+    pos, steps, accepted = 0, 0, 0
+    for d in drafts:
+        if pos + 1 >= new:
+            break
+        n = next((j for j in range(k) if d[j] != text[pos + 1 + j]), k)
+        pos, steps, accepted = pos + n + 1, steps + 1, accepted + n
+    assert (res.metrics.num_drafts, res.metrics.num_accepted_tokens) == (steps, accepted) and accepted > 0
+
+
+def test_the_patch_is_removed_when_generate_fails(target):
+    with pytest.raises(RuntimeError, match="boom"):
+        with forced_target(target, [[1, 2, 3]]):
+            raise RuntimeError("boom")
+    assert "forward" not in vars(target)
+
+
+def test_prompts_too_wide_for_one_prefill_pass_are_refused(target):
+    drafter = tiny_drafter(target, "peagle")
+    wide = [[1] * (step.PREFILL_CHUNK_TOKENS // 4 + 1)] * 4
+    with pytest.raises(ValueError, match="exceed one prefill pass"):
+        acceptance_on_text(target, drafter, SpecConfig(method="peagle", num_speculative_tokens=2), wide,
+                           [[3]] * 4, batch=4)

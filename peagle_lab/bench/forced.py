@@ -13,10 +13,13 @@ along it, so the counters are the drafter's acceptance on that text, in this eng
 precision. The output equals the forced text token for token (checked).
 
 ```
-prompt + given output  ─► forced[row, position] = the token after that position
-target(ids, positions)  ─► real taps (for the drafter) + logits one-hot on forced[row, position + 1]
+prompt + given output   ─► table[row, p] = the text's token at position p + 1 (the one after p)
+target(ids, positions)  ─► real taps (for the drafter) + logits one-hot on table[row, position]
 SpecDecoder.generate    ─► counters: AL of our drafter on the given text
 ```
+
+The last step may draft past the text's end; those drafts are judged by the target's real
+logits, and counted before the output is cut to length, as vLLM counts its own last step.
 """
 from __future__ import annotations
 
@@ -29,6 +32,7 @@ from ..acceptance import acceptance_length
 from ..config import SpecConfig
 from ..engine import SpecDecoder
 from ..models.llama import LlamaModel, TargetOutput
+from ..step import PREFILL_CHUNK_TOKENS
 
 
 @contextlib.contextmanager
@@ -37,8 +41,9 @@ def forced_target(target: LlamaModel, sequences: list[list[int]]):
 
     ``sequences[b]`` is request ``b``'s prompt followed by its output (the rows of an engine
     batch are its requests, in order). Positions past a sequence's end keep the real logits.
-    The taps and hidden states are the target's own. Eager only: the engine must run with
-    ``compile="off"`` and ``cuda_graphs=False`` (captured graphs would bypass the patch).
+    The taps and hidden states are the target's own. The engine must run with
+    ``cuda_graphs=False``: a replayed graph would bypass the patched forward (compiled layers
+    run inside it and are fine).
 
     >>> import torch
     >>> from peagle_lab.testing import tiny_target
@@ -82,21 +87,29 @@ def acceptance_on_text(target: LlamaModel, drafter, spec: SpecConfig, prompts: l
     """Our drafter's acceptance along given outputs (one per prompt), counted as vLLM counts it.
 
     Runs ``SpecDecoder.generate`` over the prompts in batches of ``batch`` with the target
-    forced to each output (:func:`forced_target`), EOS ignored, for ``len(output)`` new tokens.
+    forced to each output (:func:`forced_target`), EOS ignored, for ``len(output)`` new tokens,
+    CUDA graphs off (the rest of ``spec`` as given).
 
     Returns:
         ``acceptance_length`` (1 + accepted / drafts over all requests), ``num_drafts``,
         ``num_accepted_tokens``, ``per_request_al`` (for ``batch == 1``) and ``requests``.
 
     Raises:
-        ValueError: mismatched lists, or an output that the forced engine did not reproduce
-            (the forcing failed, so the counters would not describe that text).
+        ValueError: mismatched lists, prompts too wide for one prefill pass of ``batch``
+            requests (the chunked prefill computes its logits outside the forced forward), or
+            an output that the forced engine did not reproduce (so the counters would not
+            describe that text).
     """
     if len(prompts) != len(outputs):
         raise ValueError(f"{len(prompts)} prompts but {len(outputs)} outputs: one output per prompt expected")
     if spec.method == "baseline":
         raise ValueError("acceptance_on_text needs a speculative method (eagle3 or peagle), got 'baseline'")
-    spec = replace(spec, temperature=0.0, compile="off", cuda_graphs=False)
+    spec = replace(spec, temperature=0.0, cuda_graphs=False)
+    width = max((len(p) for p in prompts), default=0)
+    if width > PREFILL_CHUNK_TOKENS // batch:
+        raise ValueError(f"batch={batch}: prompts up to {width} tokens exceed one prefill pass "
+                         f"({PREFILL_CHUNK_TOKENS} // {batch} = {PREFILL_CHUNK_TOKENS // batch} tokens a prompt); "
+                         "use a smaller batch")
     drafts = accepted = 0
     per_request = []
     for a in range(0, len(prompts), batch):
