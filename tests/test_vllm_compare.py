@@ -82,7 +82,7 @@ def test_divergence_margins_report_the_float32_logit_gap():
 
 def test_same_text_al_of_vllm_outputs_that_our_engine_produced_is_ours():
     # vLLM's "outputs" and counters here are our own engine's: the same-text AL must match them exactly,
-    # and a vLLM AL half as high must show up as a ratio of 2
+    # and counters that accepted nothing (vLLM AL 1) must show up as a ratio equal to our AL
     target = tiny_target(seed=2, vocab_size=6, eos_token_id=None)
     drafter = tiny_drafter(target, "peagle", seed=4)
     prompts = [[1, 2, 3], [4], [5, 0, 5, 0]]
@@ -98,6 +98,12 @@ def test_same_text_al_of_vllm_outputs_that_our_engine_produced_is_ours():
     [y] = same_text_cells(halved, {"chat": prompts}, target, {"peagle": drafter}, log=logs.append)
     assert y["al_vllm"] == 1.0 and y["al_ratio"] == pytest.approx(m.acceptance_length) and not y["al_within_3pct"]
     assert "| chat | peagle | 3 | 1 | 3 |" in same_text_table([x])
+    # outputs of unequal length in one batch: that cell fails with the reason, the others still run
+    ragged = runner_result("peagle", 3, {("chat", 1): [own.tokens[0], own.tokens[1][:5], own.tokens[2]],
+                                         ("chat", 2): own.tokens})
+    bad, good = same_text_cells(ragged, {"chat": prompts}, target, {"peagle": drafter}, batch=2, log=logs.append)
+    assert "output lengths" in bad["error"] and not bad["al_within_3pct"] and "al_ratio" in good
+    assert "failed" in same_text_table([bad, good])
 
 
 # ------------------------------------------------------------------ rows and tables

@@ -188,17 +188,22 @@ def same_text_cells(vres: dict, ids: dict, target, drafters: dict, batch: int = 
         spec = SpecConfig(method=run_["method"], num_speculative_tokens=run_["k"])
         for w in run_["waves"]:
             t0, outs = time.perf_counter(), w["outputs"]
-            ours = acceptance_on_text(target, drafters[run_["method"]], spec, ids[w["workload"]][:len(outs)], outs,
-                                      batch=batch)
             cnt = w["counters"]
-            al_v = acceptance_length(cnt["num_accepted_tokens"], cnt["num_drafts"])
-            cells.append({"workload": w["workload"], "method": run_["method"], "k": run_["k"],
-                          "concurrency": w["concurrency"], "requests": len(outs), "al_vllm": al_v,
-                          "al_ours_same_text": ours["acceptance_length"],
-                          "al_ratio": ours["acceptance_length"] / al_v,
-                          "al_within_3pct": abs(ours["acceptance_length"] / al_v - 1) <= 0.03})
-            log(f"same text: {w['workload']} {run_['name']} c={w['concurrency']}: AL vLLM {al_v:.3f}, ours "
-                f"{ours['acceptance_length']:.3f} ({time.perf_counter() - t0:.0f} s)")
+            cell = {"workload": w["workload"], "method": run_["method"], "k": run_["k"],
+                    "concurrency": w["concurrency"], "requests": len(outs),
+                    "al_vllm": acceptance_length(cnt["num_accepted_tokens"], cnt["num_drafts"])}
+            try:
+                ours = acceptance_on_text(target, drafters[run_["method"]], spec, ids[w["workload"]][:len(outs)],
+                                          outs, batch=batch)
+            except ValueError as err:  # one cell failing must not lose the others
+                cells.append({**cell, "error": str(err), "al_within_3pct": False})
+                log(f"same text: {w['workload']} {run_['name']} c={w['concurrency']}: FAILED: {err}")
+                continue
+            ratio = ours["acceptance_length"] / cell["al_vllm"]
+            cells.append({**cell, "al_ours_same_text": ours["acceptance_length"], "al_ratio": ratio,
+                          "al_within_3pct": abs(ratio - 1) <= 0.03})
+            log(f"same text: {w['workload']} {run_['name']} c={w['concurrency']}: AL vLLM {cell['al_vllm']:.3f}, "
+                f"ours {ours['acceptance_length']:.3f} ({time.perf_counter() - t0:.0f} s)")
     return cells
 
 
@@ -207,7 +212,8 @@ def same_text_table(cells: list[dict]) -> str:
     lines = ["| workload | method | K | c | requests | AL vLLM | AL ours, same text | ours / vLLM |",
              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     lines += [f"| {x['workload']} | {x['method']} | {x['k']} | {x['concurrency']} | {x['requests']} | "
-              f"{x['al_vllm']:.3f} | {x['al_ours_same_text']:.3f} | {x['al_ratio']:.3f} |" for x in cells]
+              f"{x['al_vllm']:.3f} | " + (f"{x['al_ours_same_text']:.3f} | {x['al_ratio']:.3f} |" if "error" not in x
+                                          else "failed | — |") for x in cells]
     return "\n".join(lines)
 
 
@@ -413,8 +419,9 @@ def _print_report(doc: dict, path: Path) -> None:
               f"max {o['first_difference_gap_max']}")
     if summary.get("same_text"):
         st = summary["same_text"]
+        ratios = [x["al_ratio"] for x in st if "al_ratio" in x] or [float("nan")]
         print(f"\n{same_text_table(st)}\nsame text: AL within 3 % of vLLM's in {sum(x['al_within_3pct'] for x in st)} "
-              f"of {len(st)} cells (ours / vLLM {min(x['al_ratio'] for x in st):.3f}–{max(x['al_ratio'] for x in st):.3f})")
+              f"of {len(st)} cells (ours / vLLM {min(ratios):.3f}–{max(ratios):.3f})")
     print(f"vllm-compare: {summary['status']}; vLLM {info.get('vllm_s', 0):.0f} s, ours {info.get('ours_s', 0):.0f} s; "
           f"wrote {path}")
 
@@ -492,7 +499,8 @@ def run(args) -> int:
     info["wall_s"] = round(time.perf_counter() - t_start, 1)
     doc = build_document(args, info, config, vres, rows, ids, ours_tokens, target32,
                          [vars(x).copy() for x in res.skipped] if not args.skip_ours else [])
-    if args.same_text:
+    if args.same_text:  # our rows are saved first: the like-for-like check must not risk them
+        write_document(doc, json_path)
         _add_same_text(doc, info, vres, ids, target, drafters, args.same_text_batch, here)
     _print_report(doc, write_document(doc, json_path))
     return 0
