@@ -234,5 +234,8 @@ def test_engines_figure_draws_both_engines_of_the_committed_comparison():
     assert list(ours_c64.x) == ["plain decoding", "EAGLE-3 K=3", "EAGLE-3 K=5", "EAGLE-3 K=7",
                                 "P-EAGLE K=3", "P-EAGLE K=5", "P-EAGLE K=7"]
     assert ours_c64.y[4] == rows[("peagle_lab", "peagle", 3, 64)]["tps"]
+    assert ours_c64.hovertext[0].startswith("AL 1.00, step")
     with pytest.raises(ValueError, match="long"):
         engines_figure(doc, "long")
+    with pytest.raises(ValueError, match=r"concurrencies \[2\]"):
+        engines_figure(doc, "chat", (1, 2))

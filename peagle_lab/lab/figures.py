@@ -542,6 +542,10 @@ def engines_figure(doc: Mapping, workload: str = "chat", concurrencies: Sequence
     engines = [e for e in ("vllm", "peagle_lab") if any(r["engine"] == e for r in rows)]
     if not engines:
         raise ValueError(f"no rows for workload {workload!r} in this vllm-compare document")
+    missing = [c for c in concurrencies if not any(r["concurrency"] == c for r in rows)]
+    if missing:
+        raise ValueError(f"concurrencies {missing} are not in this document (it has "
+                         f"{sorted({r['concurrency'] for r in rows})})")
     fig = make_subplots(rows=1, cols=len(concurrencies), subplot_titles=[f"{workload}, c={c}" for c in concurrencies])
     colors = {"vllm": "#7f7f7f", "peagle_lab": "#1f77b4"}
     for col, c in enumerate(concurrencies, start=1):
@@ -549,10 +553,10 @@ def engines_figure(doc: Mapping, workload: str = "chat", concurrencies: Sequence
             mine = sorted((r for r in rows if r["engine"] == engine and r["concurrency"] == c),
                           key=lambda r: (("baseline", "eagle3", "peagle").index(r["method"]), r["k"]))
             names = [f"{METHOD_NAMES[r['method']]} K={r['k']}" if r["k"] else METHOD_NAMES[r["method"]] for r in mine]
-            hover = [f"AL {r['acceptance_length']:.2f}, step {r['step_ms']:.2f} ms" if r.get("step_ms") else ""
+            hover = [f"AL {r['acceptance_length']:.2f}" + (f", step {r['step_ms']:.2f} ms" if r.get("step_ms") else "")
                      for r in mine]
             fig.add_trace(go.Bar(x=names, y=[r["tps"] for r in mine], name=engine, legendgroup=engine,
-                                 marker_color=colors[engine], text=hover, showlegend=col == 1), row=1, col=col)
+                                 marker_color=colors[engine], hovertext=hover, showlegend=col == 1), row=1, col=col)
     fig.update_yaxes(title="output tokens/s", row=1, col=1)
     device = (doc.get("run_info") or {}).get("device", "")
     fig.update_layout(title=f"vLLM and peagle_lab on {device or 'one device'}, same heads and prompts",
