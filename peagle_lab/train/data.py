@@ -173,10 +173,12 @@ class _Phases:
         yield row  # the phase sets row["done"]
         seconds, made = time.monotonic() - t, budget.tokens - tokens
         spent = {k: budget.engine[k] - engine[k] for k in engine}
-        # the rest of the phase's time: the host outside generate (tokenising, filtering, new engines)
+        # the rest of the phase: outside the engine's timers (tokenising, filtering, building
+        # each chunk's engine and KV caches)
         spent["other_s"] = seconds - spent["prefill_s"] - spent["decode_s"]
         spent["row_use"] = spent["decode_tokens"] / spent["row_steps"] if spent["row_steps"] else None
-        spent["step_ms"] = 1e3 * spent["decode_s"] / spent["steps"] if spent["steps"] else None
+        # a decode step, warm-up (graph capture, compilation: inside the decode timer) excluded
+        spent["step_ms"] = 1e3 * (spent["decode_s"] - spent["warmup_s"]) / spent["steps"] if spent["steps"] else None
         self.rows[name] = dict(row, tokens=made, seconds=seconds, tokens_per_s=made / seconds if seconds > 0 else 0.0,
                                engine=spent)
 

@@ -180,10 +180,10 @@ def throughput_section(reports: list[dict]) -> dict:
 def _engine_cells(e: dict | None) -> str:
     """A phase's engine split as card.md cells (cards written before it was recorded: dashes)."""
     if not e or not e.get("chunks"):
-        return " | ".join(["—"] * 5)
+        return " | ".join(["—"] * 6)
     step = "—" if e.get("step_ms") is None else f"{e['step_ms']:.2f}"
     busy = "—" if e.get("row_use") is None else f"{100 * e['row_use']:.0f} %"
-    return f"{e['prefill_s']:.1f} | {e['decode_s']:.1f} | {e['other_s']:.1f} | {step} | {busy}"
+    return f"{e['prefill_s']:.1f} | {e['decode_s']:.1f} | {e['warmup_s']:.1f} | {e['other_s']:.1f} | {step} | {busy}"
 
 
 def write_card(out_dir: Path, card: dict) -> None:
@@ -225,11 +225,13 @@ def card_markdown(card: dict) -> str:
     tp = card.get("throughput", {})
     if tp:
         lines += ["## Throughput (generated tokens / s)", "",
-                  "Where the time went: the engine's prefill and decode seconds, the rest of the phase (host work "
-                  "outside `generate`), the decode step, and how busy the rows were (decoded tokens over rows × "
-                  "steps: a finished request's row idles until its chunk's longest request ends).", "",
-                  "| rank | phase | requests | done | tokens | s | tok/s | prefill s | decode s | other s | ms/step "
-                  "| rows busy |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+                  "Where the time went: the engine's prefill and decode seconds (decode includes the warm-up: "
+                  "CUDA-graph capture and first compilation), the rest of the phase (outside the engine's timers: "
+                  "tokenising, filtering, building each chunk's engine and caches), the decode step without "
+                  "warm-up, and how busy the rows were (decoded tokens over rows × steps: a finished request's row "
+                  "idles until its chunk's longest request ends).", "",
+                  "| rank | phase | requests | done | tokens | s | tok/s | prefill s | decode s | warm-up s | other s "
+                  "| ms/step | rows busy |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in tp.get("per_rank", []):
             for phase, p in r["phases"].items():
                 lines.append(f"| {r['rank']} | {phase} | {p['requests']} | {p['done']} | {p['tokens']} "

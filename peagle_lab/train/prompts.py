@@ -225,7 +225,7 @@ class Budget:
         self.deadline, self.max_tokens = deadline, max_tokens
         self.tokens, self.stopped_by = 0, None  # stopped_by: why the first chunk was refused
         # where generation time went, summed over chunks (see record): the card's per-phase split
-        self.engine = dict.fromkeys(ENGINE_TIMES, 0.0)
+        self.engine = {k: 0.0 if k.endswith("_s") else 0 for k in ENGINE_TIMES}
 
     def add(self, tokens: int) -> None:
         self.tokens += tokens
@@ -235,6 +235,7 @@ class Budget:
 
         ``row_steps`` counts request rows times decode steps, so ``decode_tokens / row_steps`` is
         how busy the chunk's rows were (rows of finished requests idle until the longest ends).
+        ``warmup_s`` (CUDA-graph capture, first compilation) happens inside the decode timer.
         """
         e = self.engine
         e["chunks"] += 1
