@@ -240,3 +240,30 @@ def test_split_groups_is_seeded():
 def test_config_names_the_bad_value(kw, word):
     with pytest.raises(ValueError, match=word):
         DataConfig(**kw)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.9])
+def test_greedy_chunks_share_one_engine_and_every_chunk_matches_a_fresh_one(temperature, monkeypatch):
+    from peagle_lab.config import SpecConfig
+    from peagle_lab.engine import SpecDecoder
+    from peagle_lab.train.prompts import Budget
+
+    target = _target()
+    prompts = [(f"p{i}", "magpie", f"g{i}", [5 + i] * (3 + i)) for i in range(5)]  # 3 chunks of ≤ 2
+    built = []
+
+    class Counting(SpecDecoder):
+        def __init__(self, *args, **kwargs):
+            built.append(1)
+            super().__init__(*args, **kwargs)
+    monkeypatch.setattr(data_mod, "SpecDecoder", Counting)
+    budget = Budget()
+    got = data_mod.generate_responses(target, prompts, temperature=temperature, max_new_tokens=12, concurrency=2,
+                                      seed=7, budget=budget, progress=False)
+    assert len(built) == (1 if temperature == 0 else 3)
+    assert budget.engine["chunks"] == 3 and budget.tokens == sum(len(e.input_ids) - e.assistant_start for e in got)
+    for n, start in enumerate(range(0, 5, 2)):  # prompts are already in length order
+        fresh = SpecDecoder(target, None, SpecConfig(method="baseline", temperature=temperature, max_new_tokens=12,
+                                                     seed=7 + n))
+        ref = fresh.generate([p[3] for p in prompts[start:start + 2]], eos_token_ids=tuple(target.config.eos_token_ids))
+        assert [e.input_ids[e.assistant_start:] for e in got[start:start + 2]] == ref.tokens

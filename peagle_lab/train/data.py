@@ -126,6 +126,8 @@ def generate_responses(target, prompts: list[tuple], *, temperature: float, max_
     """Responses of ``target`` to ``prompts``, batched in chunks of ``concurrency``.
 
     Chunks are formed in length order (less padding) and chunk ``n`` samples with seed ``seed + n``.
+    Greedy chunks share one engine (the seed plays no part), which keeps its KV caches and
+    captured graphs from chunk to chunk; a sampled chunk gets its own engine for its seed.
 
     Args:
         prompts: ``Prompt`` tuples, or plain ``(text, source, group, ids)``.
@@ -142,15 +144,19 @@ def generate_responses(target, prompts: list[tuple], *, temperature: float, max_
     eos = tuple(target.config.eos_token_ids)
     order = sorted(range(len(prompts)), key=lambda i: len(prompts[i].ids))
     done: dict[int, Example] = {}
+    engine = None
     for n, start in enumerate(tqdm(range(0, len(order), concurrency), desc=desc, disable=not progress)):
         if budget is not None and budget.exhausted():
             break
         chunk = order[start:start + concurrency]
-        cfg = SpecConfig(method="baseline", temperature=temperature, max_new_tokens=max_new_tokens, seed=seed + n)
-        engine = SpecDecoder(target, None, cfg)
+        if engine is None or temperature > 0:
+            engine = None  # the previous chunk's caches are freed before the next engine allocates its own
+            engine = SpecDecoder(target, None, SpecConfig(method="baseline", temperature=temperature,
+                                                          max_new_tokens=max_new_tokens, seed=seed + n))
+        warm = engine.warmup_s
         res = engine.generate([prompts[i].ids for i in chunk], eos_token_ids=eos)
         if budget is not None:
-            budget.record(res.metrics, engine.warmup_s)
+            budget.record(res.metrics, engine.warmup_s - warm)
         for i, toks in zip(chunk, res.tokens):
             p = prompts[i]
             if budget is not None:
