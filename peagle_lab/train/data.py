@@ -180,7 +180,7 @@ class _Phases:
         seconds, made = time.monotonic() - t, budget.tokens - tokens
         spent = {k: budget.engine[k] - engine[k] for k in engine}
         # the rest of the phase: outside the engine's timers (tokenising, filtering, building
-        # each chunk's engine and KV caches)
+        # engines and KV caches)
         spent["other_s"] = seconds - spent["prefill_s"] - spent["decode_s"]
         spent["row_use"] = spent["decode_tokens"] / spent["row_steps"] if spent["row_steps"] else None
         # a decode step, warm-up (graph capture, compilation: inside the decode timer) excluded

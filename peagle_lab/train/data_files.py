@@ -227,7 +227,7 @@ def card_markdown(card: dict) -> str:
         lines += ["## Throughput (generated tokens / s)", "",
                   "Where the time went: the engine's prefill and decode seconds (decode includes the warm-up: "
                   "CUDA-graph capture and first compilation), the rest of the phase (outside the engine's timers: "
-                  "tokenising, filtering, building each chunk's engine and caches), the decode step without "
+                  "tokenising, filtering, building engines and caches), the decode step without "
                   "warm-up, and how busy the rows were (decoded tokens over rows × steps: a finished request's row "
                   "idles until its chunk's longest request ends).", "",
                   "| rank | phase | requests | done | tokens | s | tok/s | prefill s | decode s | warm-up s | other s "
