@@ -112,15 +112,15 @@ def acceptance_on_text(target: LlamaModel, drafter, spec: SpecConfig, prompts: l
                          "use a smaller batch")
     drafts = accepted = 0
     per_request = []
+    engine = SpecDecoder(target, drafter, spec)  # one engine: its KV caches serve every batch
     for a in range(0, len(prompts), batch):
         ps, outs = prompts[a:a + batch], outputs[a:a + batch]
         lengths = {len(o) for o in outs}
         if min(lengths) == 0 or len(lengths) > 1:
             raise ValueError(f"requests {a}..{a + len(ps) - 1}: output lengths {sorted(lengths)}; a batch needs "
                              "one length > 0 (past a shorter output's end nothing would be forced)")
-        engine = SpecDecoder(target, drafter, replace(spec, max_new_tokens=lengths.pop()))
         with forced_target(target, [p + o for p, o in zip(ps, outs)]):
-            res = engine.generate(ps, eos_token_ids=())
+            res = engine.generate(ps, max_new_tokens=lengths.pop(), eos_token_ids=())
         for i, (got, want) in enumerate(zip(res.tokens, outs)):
             if got != want:
                 raise ValueError(f"request {a + i}: the forced engine's output left the given text")
