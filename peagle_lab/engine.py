@@ -131,7 +131,7 @@ class _Timer:
         return 1000.0 * (self.marks[b] - self.marks[a])
 
 
-def _capture(fn):
+def capture_graph(fn):
     """Warm ``fn`` up on a side stream, then capture it; returns (graph, its static output)."""
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
@@ -188,7 +188,7 @@ class _Graphs:
     def run(self, key, fn, *args: torch.Tensor):
         def make():
             static = [a.clone() for a in args]
-            g, out = _capture(lambda: fn(*static))
+            g, out = capture_graph(lambda: fn(*static))
             return g, static, out
         g, static, out = self.capture(key, make)
         for s_, a in zip(static, args):
@@ -359,10 +359,10 @@ class SpecDecoder:
     def _graphed_draft(self, prep, draft, args, timer):
         def make():
             static = [a.clone() for a in args]
-            g_prep, batch = _capture(lambda: prep(*static))
+            g_prep, batch = capture_graph(lambda: prep(*static))
             g_prep.replay()  # captured outputs hold nothing until a replay; the draft warm-up reads them
             plain = lambda cache, *a: run_drafter(self.drafter, cache, *a, layer_fn=self._layer_fn)  # noqa: E731
-            g_draft, res = _capture(lambda: draft(batch, plain))
+            g_draft, res = capture_graph(lambda: draft(batch, plain))
             return g_prep, g_draft, static, res
 
         g_prep, g_draft, static, res = self._graphs.capture(("draft", tuple(args[1].shape)), make)

@@ -1,0 +1,113 @@
+"""StreamDecoder: continuous batching returns what plain decoding returns, request by request."""
+import random
+
+import pytest
+import torch
+
+from peagle_lab.config import SpecConfig
+from peagle_lab.engine import SpecDecoder
+from peagle_lab.stream import StreamDecoder
+from peagle_lab.testing import tiny_target
+
+EOS = (2, *range(40, 56))  # a sixth of the vocabulary ends a request: rows finish at scattered steps
+
+
+def _prompts(n: int, seed: int = 0) -> list[list[int]]:
+    rng = random.Random(seed)
+    return [[rng.randrange(3, 96) for _ in range(rng.randrange(1, 14))] for _ in range(n)]
+
+
+def _plain(target, prompts, max_new, eos=EOS):
+    eng = SpecDecoder(target, None, SpecConfig(method="baseline", max_new_tokens=max(max_new)))
+    return [eng.generate([p], max_new_tokens=m, eos_token_ids=eos).tokens[0] for p, m in zip(prompts, max_new)]
+
+
+@pytest.mark.parametrize("c,sync_every,refill_at", [(3, 1, 1), (4, 3, 2), (16, 2, None), (5, 7, 5)])
+def test_greedy_equals_plain_decoding_with_refills(c, sync_every, refill_at):
+    target = tiny_target()
+    prompts = _prompts(23)
+    max_new = [random.Random(i).randrange(1, 20) for i in range(23)]
+    dec = StreamDecoder(target, concurrency=c, sync_every=sync_every, refill_at=refill_at, bucket_factor=2)
+    res = dec.generate(prompts, max_new, EOS)
+    assert res.tokens == _plain(target, prompts, max_new)
+    s = res.stats
+    assert s.requests == 23 and s.output_tokens == sum(len(t) for t in res.tokens)
+    assert s.prefills >= -(-23 // c) and s.buckets >= 1
+    # every row-step that made no token is a row waiting for the next read, never more than sync_every - 1
+    assert s.decode_tokens <= s.row_steps <= s.decode_tokens + s.requests * sync_every
+    assert any(t[-1] in EOS for t in res.tokens) and any(t[-1] not in EOS for t in res.tokens)
+
+
+def test_buckets_size_the_block_for_their_longest_prompt_and_keep_order():
+    target = tiny_target()
+    prompts = [[5] * n for n in (30, 2, 3, 60, 4, 2, 5, 7)]
+    dec = StreamDecoder(target, concurrency=2, bucket_factor=1)
+    buckets = dec._buckets([len(p) for p in prompts], [8] * 8)
+    assert [sorted(len(prompts[q]) for q in reqs) for _, reqs in buckets] == [[2, 2], [3, 4], [5, 7], [30, 60]]
+    assert [L for L, _ in buckets] == [64, 64, 64, 128]  # aligned to 64 positions
+    res = dec.generate(prompts, 8, EOS)
+    assert res.tokens == _plain(target, prompts, [8] * 8) and res.stats.buckets == 4
+
+
+def test_caches_and_state_are_reused_across_calls():
+    target = tiny_target()
+    dec = StreamDecoder(target, concurrency=4)
+    first = dec.generate(_prompts(9, 1), 12, EOS)
+    again = dec.generate(_prompts(9, 1), 12, (2,))  # other EOS ids: the device state takes them in place
+    assert dec.cache_allocations == 1
+    assert first.tokens == _plain(target, _prompts(9, 1), [12] * 9)
+    assert again.tokens == _plain(target, _prompts(9, 1), [12] * 9, eos=(2,))
+
+
+def test_admit_stops_new_requests_and_in_flight_ones_finish():
+    target = tiny_target()
+    calls, seen = [], []
+    dec = StreamDecoder(target, concurrency=3, refill_at=1, bucket_factor=100)
+
+    def admit():
+        calls.append(1)
+        return len(calls) <= 2  # the first fill and one refill
+    res = dec.generate(_prompts(12), 10, EOS, admit=admit, on_result=lambda q, t: seen.append((q, t)))
+    got = [q for q, t in enumerate(res.tokens) if t is not None]
+    assert 3 < len(got) < 12 and res.stats.requests == len(got)
+    assert sorted(seen) == [(q, res.tokens[q]) for q in got]
+    ref = _plain(target, [_prompts(12)[q] for q in got], [10] * len(got))
+    assert [res.tokens[q] for q in got] == ref
+
+
+def test_sampling_is_seeded_and_follows_the_temperature():
+    target = tiny_target()
+    prompts = _prompts(10)
+    a = StreamDecoder(target, concurrency=4, temperature=0.9, seed=3).generate(prompts, 12, EOS).tokens
+    b = StreamDecoder(target, concurrency=4, temperature=0.9, seed=3).generate(prompts, 12, EOS).tokens
+    c = StreamDecoder(target, concurrency=4, temperature=0.9, seed=4).generate(prompts, 12, EOS).tokens
+    assert a == b and a != c
+    assert a != _plain(target, prompts, [12] * 10)  # sampled, not greedy
+
+
+@pytest.mark.parametrize("kw,word", [
+    (dict(concurrency=0), "concurrency"), (dict(sync_every=0), "sync_every"), (dict(temperature=-1.0), "temperature"),
+    (dict(compile="maybe"), "compile"), (dict(refill_at=9, concurrency=4), "refill_at"),
+])
+def test_bad_settings_name_the_value(kw, word):
+    with pytest.raises(ValueError, match=word):
+        StreamDecoder(tiny_target(), **kw)
+
+
+@pytest.mark.parametrize("prompts,max_new,word", [
+    ([], 4, "prompt"), ([[5, 6]], 0, "max_new_tokens"), ([[5, 6]], [3, 4], "entries"),
+    ([[5, 999]], 4, "outside"), ([[5] * 1000], 100, "context"),
+])
+def test_bad_requests_name_the_value(prompts, max_new, word):
+    with pytest.raises(ValueError, match=word):
+        StreamDecoder(tiny_target(), concurrency=2).generate(prompts, max_new)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_graphed_greedy_equals_eager_on_cuda():
+    target = tiny_target().cuda()
+    prompts = _prompts(40)
+    graphed = StreamDecoder(target, concurrency=8, sync_every=3).generate(prompts, 16, EOS)
+    eager = StreamDecoder(target, concurrency=8, sync_every=3, cuda_graphs=False).generate(prompts, 16, EOS)
+    assert graphed.tokens == eager.tokens and graphed.stats.warmup_s > 0
