@@ -157,7 +157,7 @@ def test_card_counts_match_the_shards(dataset):
     assert tp["total"]["tokens"] == assistant  # Magpie and follow-ups are stubbed: responses are all it generated
     assert tp["total"]["tokens_per_s"] > 0 and not card["stopped_by_token_target"]
     greedy = tp["per_rank"][0]["phases"]["greedy"]["engine"]  # where the generation time went
-    assert greedy["chunks"] >= 1 and greedy["steps"] >= 1 and greedy["decode_tokens"] <= greedy["row_steps"]
+    assert greedy["prefills"] >= 1 and greedy["steps"] >= 1 and greedy["decode_tokens"] <= greedy["row_steps"]
     assert 0 < greedy["row_use"] <= 1 and greedy["step_ms"] > 0 and isinstance(greedy["steps"], int)
     assert greedy["prefill_s"] > 0 and greedy["decode_s"] > 0 and greedy["other_s"] >= 0
     assert greedy["decode_tokens"] == tp["per_rank"][0]["phases"]["greedy"]["tokens"] - greedy_requests(card)
@@ -243,27 +243,30 @@ def test_config_names_the_bad_value(kw, word):
 
 
 @pytest.mark.parametrize("temperature", [0.0, 0.9])
-def test_greedy_chunks_share_one_engine_and_every_chunk_matches_a_fresh_one(temperature, monkeypatch):
-    from peagle_lab.config import SpecConfig
-    from peagle_lab.engine import SpecDecoder
+def test_responses_are_one_stream_and_match_the_stream_decoder(temperature):
+    from peagle_lab.stream import StreamDecoder
     from peagle_lab.train.prompts import Budget
 
     target = _target()
-    prompts = [(f"p{i}", "magpie", f"g{i}", [5 + i] * (3 + i)) for i in range(5)]  # 3 chunks of ≤ 2
-    built = []
-
-    class Counting(SpecDecoder):
-        def __init__(self, *args, **kwargs):
-            built.append(1)
-            super().__init__(*args, **kwargs)
-    monkeypatch.setattr(data_mod, "SpecDecoder", Counting)
+    prompts = [(f"p{i}", "magpie", f"g{i}", [5 + i] * (3 + i % 4)) for i in range(7)]
     budget = Budget()
     got = data_mod.generate_responses(target, prompts, temperature=temperature, max_new_tokens=12, concurrency=2,
                                       seed=7, budget=budget, progress=False)
-    assert len(built) == (1 if temperature == 0 else 3)
-    assert budget.engine["chunks"] == 3 and budget.tokens == sum(len(e.input_ids) - e.assistant_start for e in got)
-    for n, start in enumerate(range(0, 5, 2)):  # prompts are already in length order
-        fresh = SpecDecoder(target, None, SpecConfig(method="baseline", temperature=temperature, max_new_tokens=12,
-                                                     seed=7 + n))
-        ref = fresh.generate([p[3] for p in prompts[start:start + 2]], eos_token_ids=tuple(target.config.eos_token_ids))
-        assert [e.input_ids[e.assistant_start:] for e in got[start:start + 2]] == ref.tokens
+    ref = StreamDecoder(target, concurrency=2, temperature=temperature, seed=7).generate(
+        [p[3] for p in prompts], 12, tuple(target.config.eos_token_ids))
+    assert [e.input_ids[e.assistant_start:] for e in got] == ref.tokens
+    assert [e.prompt for e in got] == [p[0] for p in prompts]
+    assert all(e.response == ("greedy" if temperature == 0 else "sampled") for e in got)
+    e = budget.engine
+    assert budget.tokens == sum(len(t) for t in ref.tokens) and e["prefills"] >= 4 and e["steps"] >= 1
+    assert e["decode_tokens"] == budget.tokens - 7 <= e["row_steps"]
+
+
+def test_a_spent_budget_admits_no_prompt():
+    from peagle_lab.train.prompts import Budget
+
+    budget = Budget(max_tokens=1)
+    budget.add(1)
+    got = data_mod.generate_responses(_target(), [("p", "magpie", "g", [5, 6, 7])], temperature=0.0,
+                                      max_new_tokens=8, concurrency=4, seed=0, budget=budget, progress=False)
+    assert got == [] and budget.stopped_by == "token_target"

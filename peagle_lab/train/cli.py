@@ -81,7 +81,7 @@ def add_data_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--concurrency", type=int, default=d.concurrency, help="requests decoded together (per rank)")
     p.add_argument("--heldout-fraction", type=float, default=d.heldout_fraction)
     p.add_argument("--shard-rows", type=int, default=d.shard_rows, help="rows per JSONL shard")
-    p.add_argument("--time-budget-s", type=float, default=None, help="stop starting generation chunks after this")
+    p.add_argument("--time-budget-s", type=float, default=None, help="admit no new prompt after this many seconds")
     p.add_argument("--target-tokens", type=int, default=None,
                    help="stop once the ranks generated about this many tokens (held-out and greedy first)")
     p.add_argument("--exclude-file", action="append", default=[],

@@ -1,7 +1,8 @@
 """Offline training data: prompts → the target's responses → sharded JSONL + a data card, on 1..N processes.
 
 The paper regenerates every response with the target itself, so the drafter learns the
-target's own continuations. ``synthesize`` does the same with the batched engine:
+target's own continuations. ``synthesize`` does the same with ``StreamDecoder`` (continuous
+batching: a finished request's row takes the next prompt at once):
 
 1. prompts: Magpie user turns sampled from the target under domain system prompts (each
    rank samples its share, then all are gathered and deduplicated); coding prompts from
@@ -35,15 +36,14 @@ from pathlib import Path
 from typing import Iterable, NamedTuple
 
 from ..chat import encode_chat
-from ..config import SpecConfig, check_int
-from ..engine import SpecDecoder
+from ..config import check_int
 from .data_files import (  # noqa: F401  (load_split is re-exported: train.data is its public home)
     FORMAT, Example, clear_folder, environment, load_split, merge_split_stats, split_stats, throughput_section,
     write_card, write_split,
 )
 from .dist import all_gather_objects, barrier, rank_and_world, shard
 from .prompts import (
-    MAGPIE_DOMAINS, STDLIB_MODULES, Budget, Deduper, Exclusions, PromptFilter, code_prompts, derive_seed,
+    MAGPIE_DOMAINS, STDLIB_MODULES, Budget, Deduper, Exclusions, PromptFilter, code_prompts, decode_all, derive_seed,
     follow_up_turns, join_turn, magpie_prompts, normalize_prompt, stdlib_functions, turn_joints,
 )
 from .prompts_synthetic import math_prompts, writing_prompts
@@ -54,7 +54,7 @@ class DataConfig:
     """How much data ``synthesize`` makes and how (every field lands in the data card)."""
 
     num_magpie: int = 6144  # user turns sampled over all ranks (before filtering and deduplication)
-    magpie_temperatures: tuple[float, ...] = (0.7, 0.9, 1.0)  # cycled over sampling chunks
+    magpie_temperatures: tuple[float, ...] = (0.7, 0.9, 1.0)  # cycled over the sampled prompts
     magpie_max_tokens: int = 64  # a user turn longer than this is dropped as unfinished
     code_per_function: int = 2  # coding prompts per stdlib function (different templates)
     max_code_prompts: int = 1024
@@ -69,9 +69,9 @@ class DataConfig:
     concurrency: int = 256  # requests the engine decodes together
     shard_rows: int = 4096
     seed: int = 0
-    time_budget_s: float | None = None  # stop starting generation chunks after this long
+    time_budget_s: float | None = None  # admit no prompt after this long
     # Tokens to generate after the prompts are fixed (responses, follow-up turns), over all ranks;
-    # each rank starts no chunk once it made its share (Magpie's prompt sampling is not counted).
+    # each rank admits no prompt once it made its share (Magpie's prompt sampling is not counted).
     target_tokens: int | None = None
 
     def __post_init__(self) -> None:
@@ -123,47 +123,27 @@ def split_groups(groups: list[str], fraction: float, max_heldout: int, seed: int
 def generate_responses(target, prompts: list[tuple], *, temperature: float, max_new_tokens: int, concurrency: int,
                        seed: int, budget: Budget | None = None, progress: bool = True,
                        desc: str = "responses") -> list[Example]:
-    """Responses of ``target`` to ``prompts``, batched in chunks of ``concurrency``.
+    """Responses of ``target`` to ``prompts``, ``concurrency`` at a time with continuous batching.
 
-    Chunks are formed in length order (less padding) and chunk ``n`` samples with seed ``seed + n``.
-    Greedy chunks share one engine (the seed plays no part), which keeps its KV caches and
-    captured graphs from chunk to chunk; a sampled chunk gets its own engine for its seed.
+    One ``StreamDecoder`` run (``prompts.decode_all``): a finished request's row takes the next
+    prompt, shortest prompts first; sampling uses the seed ``seed``.
 
     Args:
         prompts: ``Prompt`` tuples, or plain ``(text, source, group, ids)``.
         temperature: 0 for greedy responses, else sampled ones.
-        budget: no chunk starts once it is exhausted (those prompts are skipped); the
+        budget: no prompt starts once it is exhausted (those prompts are skipped); the
             generated tokens are added to it.
 
     Returns:
         The examples of the prompts answered, in the order of ``prompts``.
     """
-    from tqdm.auto import tqdm
-
     prompts = [Prompt(*p) for p in prompts]
     eos = tuple(target.config.eos_token_ids)
-    order = sorted(range(len(prompts)), key=lambda i: len(prompts[i].ids))
-    done: dict[int, Example] = {}
-    engine = None
-    for n, start in enumerate(tqdm(range(0, len(order), concurrency), desc=desc, disable=not progress)):
-        if budget is not None and budget.exhausted():
-            break
-        chunk = order[start:start + concurrency]
-        if engine is None or temperature > 0:
-            engine = None  # the previous chunk's caches are freed before the next engine allocates its own
-            engine = SpecDecoder(target, None, SpecConfig(method="baseline", temperature=temperature,
-                                                          max_new_tokens=max_new_tokens, seed=seed + n))
-        warm = engine.warmup_s
-        res = engine.generate([prompts[i].ids for i in chunk], eos_token_ids=eos)
-        if budget is not None:
-            budget.record(res.metrics, engine.warmup_s - warm)
-        for i, toks in zip(chunk, res.tokens):
-            p = prompts[i]
-            if budget is not None:
-                budget.add(len(toks))
-            done[i] = Example(p.text, p.source, p.group, "greedy" if temperature == 0 else "sampled",
-                              list(p.ids) + toks, len(p.ids), bool(toks) and toks[-1] in eos, p.domain, p.follow_up)
-    return [done[i] for i in sorted(done)]
+    outs = decode_all(target, [p.ids for p in prompts], temperature=temperature, max_new_tokens=max_new_tokens,
+                      concurrency=concurrency, seed=seed, budget=budget, progress=progress, desc=desc)
+    kind = "greedy" if temperature == 0 else "sampled"
+    return [Example(p.text, p.source, p.group, kind, list(p.ids) + toks, len(p.ids), bool(toks) and toks[-1] in eos,
+                    p.domain, p.follow_up) for p, toks in zip(prompts, outs) if toks is not None]
 
 
 class _Phases:

@@ -179,7 +179,7 @@ def throughput_section(reports: list[dict]) -> dict:
 
 def _engine_cells(e: dict | None) -> str:
     """A phase's engine split as card.md cells (cards written before it was recorded: dashes)."""
-    if not e or not e.get("chunks"):
+    if not e or not e.get("steps"):
         return " | ".join(["—"] * 6)
     step = "—" if e.get("step_ms") is None else f"{e['step_ms']:.2f}"
     busy = "—" if e.get("row_use") is None else f"{100 * e['row_use']:.0f} %"
@@ -225,11 +225,11 @@ def card_markdown(card: dict) -> str:
     tp = card.get("throughput", {})
     if tp:
         lines += ["## Throughput (generated tokens / s)", "",
-                  "Where the time went: the engine's prefill and decode seconds (decode includes the warm-up: "
-                  "CUDA-graph capture and first compilation), the rest of the phase (outside the engine's timers: "
-                  "tokenising, filtering, building engines and caches), the decode step without "
-                  "warm-up, and how busy the rows were (decoded tokens over rows × steps: a finished request's row "
-                  "idles until its chunk's longest request ends).", "",
+                  "Where the time went: the decoder's prefill and decode seconds (decode includes the warm-up: "
+                  "CUDA-graph capture and first compilation), the rest of the phase (outside the decoder's timers: "
+                  "tokenising, filtering, building decoders and caches), the decode step without "
+                  "warm-up, and how busy the rows were (decoded tokens over row-steps held by a request: with "
+                  "continuous batching a finished row waits only for the next host read and refill).", "",
                   "| rank | phase | requests | done | tokens | s | tok/s | prefill s | decode s | warm-up s | other s "
                   "| ms/step | rows busy |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in tp.get("per_rank", []):

@@ -27,8 +27,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
-from ..config import SpecConfig
-from ..engine import SpecDecoder
+from ..stream import StreamDecoder, StreamStats
 
 # Pure-Python, documented, and about things people ask assistants to code.
 STDLIB_MODULES = (
@@ -210,11 +209,11 @@ def derive_seed(*parts) -> int:
     return int.from_bytes(hashlib.sha256(repr(parts).encode()).digest()[:8], "big") >> 2
 
 
-ENGINE_TIMES = ("chunks", "prefill_s", "decode_s", "warmup_s", "steps", "row_steps", "decode_tokens")
+ENGINE_TIMES = ("prefills", "prefill_s", "decode_s", "warmup_s", "steps", "row_steps", "decode_tokens")
 
 
 class Budget:
-    """When to stop starting generation chunks (a deadline, a token allowance), and tokens made.
+    """When to stop admitting prompts (a deadline, a token allowance), and tokens made.
 
     >>> b = Budget(max_tokens=10); b.add(4); b.exhausted()
     >>> b.add(6); b.exhausted(), b.stopped_by
@@ -223,74 +222,90 @@ class Budget:
 
     def __init__(self, deadline: float | None = None, max_tokens: int | None = None) -> None:
         self.deadline, self.max_tokens = deadline, max_tokens
-        self.tokens, self.stopped_by = 0, None  # stopped_by: why the first chunk was refused
-        # where generation time went, summed over chunks (see record): the card's per-phase split
+        self.tokens, self.stopped_by = 0, None  # stopped_by: why the first admission was refused
+        # where generation time went, summed over decoding runs (see record): the card's per-phase split
         self.engine = {k: 0.0 if k.endswith("_s") else 0 for k in ENGINE_TIMES}
 
     def add(self, tokens: int) -> None:
         self.tokens += tokens
 
-    def record(self, metrics, warmup_s: float) -> None:
-        """One chunk's engine figures (``Metrics`` of its ``generate``, the engine's warm-up seconds).
+    def record(self, stats: StreamStats) -> None:
+        """One decoding run's figures (``StreamStats`` of a ``StreamDecoder.generate``).
 
-        ``row_steps`` counts request rows times decode steps, so ``decode_tokens / row_steps`` is
-        how busy the chunk's rows were (rows of finished requests idle until the longest ends).
-        ``warmup_s`` (CUDA-graph capture, first compilation) happens inside the decode timer.
+        ``row_steps`` counts rows holding an unfinished request, summed over decode steps, so
+        ``decode_tokens / row_steps`` is how busy the rows were; ``warmup_s`` (CUDA-graph capture,
+        first compilation) happens inside the decode time.
         """
         e = self.engine
-        e["chunks"] += 1
-        e["prefill_s"] += metrics.prefill_s
-        e["decode_s"] += metrics.decode_s
-        e["warmup_s"] += warmup_s
-        e["steps"] += metrics.num_steps
-        e["row_steps"] += metrics.num_requests * metrics.num_steps
-        e["decode_tokens"] += metrics.output_tokens - metrics.num_requests  # the first token is prefill's
+        for k in ENGINE_TIMES:
+            e[k] += getattr(stats, k)
 
     def exhausted(self) -> str | None:
-        """Why no new chunk may start (``"time_budget"`` / ``"token_target"``), or None."""
+        """Why no new prompt may start (``"time_budget"`` / ``"token_target"``), or None."""
         reason = ("time_budget" if self.deadline is not None and time.monotonic() > self.deadline else
                   "token_target" if self.max_tokens is not None and self.tokens >= self.max_tokens else None)
         self.stopped_by = self.stopped_by or reason
         return reason
 
 
-def sample_user_turns(target, tokenizer, prefixes: list[list[int]], *, temperatures: Sequence[float],
-                      max_new_tokens: int, concurrency: int, seed: int, budget: Budget | None = None,
-                      progress: bool = True, desc: str = "user turns") -> list[str | None]:
-    """One user turn sampled after each prefix, in chunks of ``concurrency`` (chunk ``i`` with
-    ``temperatures[i % len]`` and seed ``seed + i``; none starts once ``budget`` is exhausted).
+def decode_all(target, prompts: list[list[int]], *, temperature: float, max_new_tokens: int, concurrency: int,
+               seed: int, budget: Budget | None = None, progress: bool = True,
+               desc: str = "decoding") -> list[list[int] | None]:
+    """Every prompt decoded by one ``StreamDecoder`` (continuous batching, ``concurrency`` rows).
+
+    No prompt starts once ``budget`` is exhausted; the tokens of each finished request are added
+    to it, and the run's time split is recorded in it.
 
     Returns:
-        The stripped texts in prefix order, None where the turn did not end with an
-        end-of-turn token; shorter than ``prefixes`` if the budget stopped it.
+        The new tokens per prompt (EOS kept), None for prompts the budget left out.
     """
     from tqdm.auto import tqdm
 
+    if not prompts:
+        return []
+    dec = StreamDecoder(target, concurrency=min(concurrency, len(prompts)), temperature=temperature, seed=seed)
+    with tqdm(total=len(prompts), desc=desc, disable=not progress) as bar:
+        res = dec.generate(prompts, max_new_tokens, tuple(target.config.eos_token_ids),
+                           admit=None if budget is None else (lambda: not budget.exhausted()),
+                           on_result=None if budget is None else (lambda q, toks: budget.add(len(toks))),
+                           progress=bar.update)
+    if budget is not None:
+        budget.record(res.stats)
+    return res.tokens
+
+
+def sample_user_turns(target, tokenizer, prefixes: list[list[int]], *, temperatures: Sequence[float],
+                      max_new_tokens: int, concurrency: int, seed: int, budget: Budget | None = None,
+                      progress: bool = True, desc: str = "user turns") -> tuple[list[str | None], set[int]]:
+    """One user turn sampled after each prefix: prefix ``k`` at ``temperatures[k % len]``, each
+    temperature one ``decode_all`` run (seed ``seed + j`` for the ``j``-th); none starts once
+    ``budget`` is exhausted.
+
+    Returns:
+        ``(texts, skipped)``: per prefix the stripped text, None where the turn did not end with an
+        end-of-turn token; and the prefixes the budget left out.
+    """
     eos = tuple(target.config.eos_token_ids)
-    out: list[str | None] = []
-    for i, start in enumerate(tqdm(range(0, len(prefixes), concurrency), desc=desc, disable=not progress)):
-        if budget is not None and budget.exhausted():
-            break
-        cfg = SpecConfig(method="baseline", temperature=temperatures[i % len(temperatures)],
-                         max_new_tokens=max_new_tokens, seed=seed + i)
-        engine = SpecDecoder(target, None, cfg)
-        res = engine.generate(prefixes[start:start + concurrency], eos_token_ids=eos)
-        if budget is not None:
-            budget.record(res.metrics, engine.warmup_s)
-        for toks in res.tokens:
-            if budget is not None:
-                budget.add(len(toks))
-            done = bool(toks) and toks[-1] in eos
-            out.append(tokenizer.decode(toks[:-1], skip_special_tokens=False).strip() if done else None)
-    return out
+    texts: list[str | None] = [None] * len(prefixes)
+    skipped: set[int] = set()
+    for j, temp in enumerate(temperatures):
+        mine = list(range(j, len(prefixes), len(temperatures)))
+        outs = decode_all(target, [prefixes[k] for k in mine], temperature=temp, max_new_tokens=max_new_tokens,
+                          concurrency=concurrency, seed=seed + j, budget=budget, progress=progress,
+                          desc=f"{desc} (T={temp:g})")
+        for k, toks in zip(mine, outs):
+            if toks is None:
+                skipped.add(k)
+            elif toks and toks[-1] in eos:
+                texts[k] = tokenizer.decode(toks[:-1], skip_special_tokens=False).strip()
+    return texts, skipped
 
 
-def _verdicts(texts: list[str | None], n: int, filt: PromptFilter, exclude: Exclusions | None) -> list[str]:
-    """``"kept"`` or why each of ``n`` sampled user turns is dropped (``texts`` stops short where the budget did)."""
+def _verdicts(texts: list[str | None], skipped: set[int], filt: PromptFilter, exclude: Exclusions | None) -> list[str]:
+    """``"kept"`` or why each sampled user turn is dropped (``skipped``: the budget left it out)."""
     exclude, dedup, out = exclude if exclude is not None else Exclusions(), Deduper(), []
-    for k in range(n):
-        text = texts[k] if k < len(texts) else None
-        reason = "skipped_budget" if k >= len(texts) else "unfinished" if text is None else filt.reject_reason(text)
+    for k, text in enumerate(texts):
+        reason = "skipped_budget" if k in skipped else "unfinished" if text is None else filt.reject_reason(text)
         if not reason and not exclude.allows(text):
             reason = "excluded"
         out.append(reason or ("kept" if dedup.add(text) else "duplicate"))
@@ -340,10 +355,10 @@ def magpie_prompts(target, tokenizer, num_samples: int, *, domains=MAGPIE_DOMAIN
     systems = {name: system for name, system, _ in domains}
     names = assign_domains(num_samples, domains, seed)
     prefixes = {name: user_prefix_ids(tokenizer, system) for name, system in systems.items()}
-    texts = sample_user_turns(target, tokenizer, [prefixes[d] for d in names], temperatures=temperatures,
-                              max_new_tokens=max_new_tokens, concurrency=concurrency, seed=seed, budget=budget,
-                              progress=progress, desc="magpie prompts")
-    verdicts = _verdicts(texts, len(names), filt, exclude)
+    texts, skipped = sample_user_turns(target, tokenizer, [prefixes[d] for d in names], temperatures=temperatures,
+                                       max_new_tokens=max_new_tokens, concurrency=concurrency, seed=seed,
+                                       budget=budget, progress=progress, desc="magpie prompts")
+    verdicts = _verdicts(texts, skipped, filt, exclude)
     stats: dict[str, Counter] = {name: Counter() for name in systems}
     for domain, verdict in zip(names, verdicts):
         stats[domain][verdict] += 1
@@ -363,10 +378,10 @@ def follow_up_turns(target, tokenizer, conversations: list[list[int]], *,
     Returns:
         ``(turns, stats)``: per conversation the kept text or None, and the outcome counts.
     """
-    texts = sample_user_turns(target, tokenizer, conversations, temperatures=temperatures,
-                              max_new_tokens=max_new_tokens, concurrency=concurrency, seed=seed, budget=budget,
-                              progress=progress, desc="follow-up turns")
-    verdicts = _verdicts(texts, len(conversations), filt, exclude)
+    texts, skipped = sample_user_turns(target, tokenizer, conversations, temperatures=temperatures,
+                                       max_new_tokens=max_new_tokens, concurrency=concurrency, seed=seed,
+                                       budget=budget, progress=progress, desc="follow-up turns")
+    verdicts = _verdicts(texts, skipped, filt, exclude)
     return [texts[k] if v == "kept" else None for k, v in enumerate(verdicts)], Counter(verdicts)
 
 
