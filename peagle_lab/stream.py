@@ -184,7 +184,8 @@ class StreamDecoder:
         at = r.count.clamp(max=r.out.shape[1] - 1)[:, None]
         r.out.scatter_(1, at, torch.where(a, nxt, r.out.gather(1, at)[:, 0])[:, None])
         r.count.add_(a.long())
-        stop = torch.isin(nxt, r.eos) | (r.count >= r.limit)
+        # a broadcast compare, not torch.isin: isin sorts (and syncs) when c is small next to the ids
+        stop = (nxt[:, None] == r.eos).any(-1) | (r.count >= r.limit)
         r.token.copy_(torch.where(a, nxt, r.token))
         r.pos.add_(a.long())
         r.active.copy_(a & ~stop)
@@ -221,7 +222,7 @@ class StreamDecoder:
         lim = torch.tensor([limits[q] for q in reqs], device=dev)
         r.token[rt], r.pos[rt], r.count[rt], r.limit[rt] = first, lens, torch.ones_like(lens), lim
         r.out[rt, 0] = first
-        r.active[rt] = ~(torch.isin(first, r.eos) | (lim <= 1))
+        r.active[rt] = ~((first[:, None] == r.eos).any(-1) | (lim <= 1))
         for b, q in zip(rows, reqs):
             r.request[b] = q
 
