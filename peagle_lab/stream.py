@@ -68,7 +68,7 @@ class StreamStats:
 
     @property
     def row_use(self) -> float | None:
-        """Share of row-steps that made a token: 1 when no row ever waits."""
+        """The share of row-steps that made a token (1 when no row ever waits)."""
         return self.decode_tokens / self.row_steps if self.row_steps else None
 
     def as_dict(self) -> dict:
