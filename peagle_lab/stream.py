@@ -23,8 +23,10 @@ ones), and a bucket's rows drain before the next bucket starts.
 
 Greedy output is the target's greedy continuation of each prompt, as ``SpecDecoder``'s plain
 decoding makes it (``tests/test_stream.py`` checks equality in float32 with refills, EOS and
-per-request limits). Sampling draws from ``softmax(logits / T)`` with the decoder's seeded
-generator, eagerly (no CUDA graph).
+per-request limits). Sampling draws from ``softmax(logits / T)`` by the Gumbel-max rule, with
+noise that is a hash of (seed, prompt index, position) (``sampling_uniforms``): no generator
+state, so a sampled step replays in the same CUDA graph as a greedy one, and a request's sample
+does not depend on which rows ran beside it.
 """
 from __future__ import annotations
 
@@ -42,9 +44,41 @@ from .engine import KV_BLOCK_ALIGN, capture_graph, check_eos, check_prompts, com
 from .models.llama import KVCache, LlamaModel, call_layer, fuse_projections
 from .verify import target_probs_from_logits
 
-__all__ = ["StreamDecoder", "StreamResult", "StreamStats"]
+__all__ = ["StreamDecoder", "StreamResult", "StreamStats", "sampling_uniforms", "gumbel_pick"]
 
 EOS_SLOTS = 8  # end-of-sequence ids the device state holds (padded with -1, which no token equals)
+_M32 = 0xFFFFFFFF
+
+
+def _mix32(x: torch.Tensor) -> torch.Tensor:
+    """A 32-bit integer mixer (xor-shift, multiply) on int64 values in [0, 2³²): no product overflows."""
+    x = x ^ (x >> 16)
+    x = (x * 0x45D9F3B) & _M32
+    x = x ^ (x >> 16)
+    x = (x * 0x45D9F3B) & _M32
+    return x ^ (x >> 16)
+
+
+def sampling_uniforms(seed: torch.Tensor, keys: torch.Tensor, positions: torch.Tensor, vocab: int) -> torch.Tensor:
+    """Uniforms in (0, 1), ``[c, vocab]`` float32, a pure function of (seed, key, position, token id).
+
+    24 random bits each, so ``u`` and ``1 - u`` are exact in float32 and ``-log(u)`` is never 0.
+
+    >>> u = sampling_uniforms(torch.tensor(7), torch.tensor([0, 1]), torch.tensor([3, 3]), 5)
+    >>> u.shape, bool((u > 0).all() and (u < 1).all()), bool((u[0] != u[1]).any())
+    (torch.Size([2, 5]), True, True)
+    """
+    row = _mix32(_mix32((keys & _M32) ^ (seed & _M32)) ^ (positions & _M32))
+    col = (torch.arange(vocab, device=keys.device) * 0x9E3779B1) & _M32
+    h = _mix32(row[:, None] ^ col)
+    return ((h >> 8).float() + 0.5) / float(1 << 24)
+
+
+def gumbel_pick(logits: torch.Tensor, temperature: torch.Tensor, seed: torch.Tensor, keys: torch.Tensor,
+                positions: torch.Tensor) -> torch.Tensor:
+    """A sample of each row of ``softmax(logits / temperature)``: ``argmax(logits / T + Gumbel noise)``."""
+    u = sampling_uniforms(seed, keys, positions, logits.shape[-1])
+    return (logits.float() / temperature - torch.log(-torch.log(u))).argmax(-1)
 
 
 @dataclass
@@ -85,7 +119,7 @@ class _Rows:
 
     def __init__(self, c: int, max_new: int, eos_slots: int, device: torch.device) -> None:
         long = dict(dtype=torch.long, device=device)
-        self.token, self.pos = torch.zeros(c, **long), torch.zeros(c, **long)
+        self.token, self.pos, self.key = torch.zeros(c, **long), torch.zeros(c, **long), torch.zeros(c, **long)
         self.count, self.limit = torch.zeros(c, **long), torch.ones(c, **long)
         self.active = torch.zeros(c, dtype=torch.bool, device=device)
         self.out = torch.zeros(c, max_new, **long)
@@ -108,7 +142,7 @@ class StreamDecoder:
         target: the target ``LlamaModel``.
         concurrency: rows decoded together.
         temperature: 0 for greedy, else sampling from ``softmax(logits / temperature)``.
-        seed: the sampling generator's seed.
+        seed: the sampling noise's seed (see ``sampling_uniforms``).
         cuda_graphs: replay each greedy decode step as one CUDA graph (CUDA only).
         compile: ``"auto"`` (on CUDA), ``"on"`` or ``"off"``: each decoder layer compiled, as in
             ``SpecDecoder``.
@@ -139,9 +173,12 @@ class StreamDecoder:
         self.sync_every, self.bucket_factor = sync_every, bucket_factor
         self.refill_at = refill_at or max(1, concurrency // 16)
         fuse_projections(target)
-        self.use_graphs = cuda_graphs and self.device.type == "cuda" and self.temperature == 0
+        self.use_graphs = cuda_graphs and self.device.type == "cuda"
         on = compile == "on" or (compile == "auto" and self.device.type == "cuda")
         self._layer_fn = compiled(call_layer) if on else None
+        self._gumbel = compiled(gumbel_pick) if on else gumbel_pick  # one fused kernel instead of ~15 passes
+        self._seed_t = torch.tensor((seed ^ (seed >> 32)) & _M32, device=self.device)
+        self._temp_t = torch.tensor(max(self.temperature, 1e-6), device=self.device)
         self._cache: KVCache | None = None
         self._scratch: KVCache | None = None
         self._rows: _Rows | None = None
@@ -172,7 +209,13 @@ class StreamDecoder:
         return KVCache([t[:n] for t in cache.k], [t[:n] for t in cache.v], rows, max_len)
 
     # ------------------------------------------------------------------ the step
-    def _step(self, cache: KVCache, gen: torch.Generator | None) -> None:
+    def _pick(self, logits: torch.Tensor, keys: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """The next token after each row's ``positions``: argmax at temperature 0, else a Gumbel-max sample."""
+        if self.temperature == 0:
+            return logits.argmax(-1)
+        return self._gumbel(logits, self._temp_t, self._seed_t, keys, positions)
+
+    def _step(self, cache: KVCache) -> None:
         """One decode step of every row, entirely on the device (the body of the CUDA graph)."""
         r = self._rows
         a = r.active
@@ -180,7 +223,7 @@ class StreamDecoder:
         slots = step.kv_slots(pos, a[:, None], cache.max_len)
         logits, _ = step.target_step(self.target, cache, r.token[:, None], pos, slots, taps=False,
                                      layer_fn=self._layer_fn)
-        nxt = step.sample(logits[:, 0], self.temperature, gen)
+        nxt = self._pick(logits[:, 0], r.key, r.pos)
         at = r.count.clamp(max=r.out.shape[1] - 1)[:, None]
         r.out.scatter_(1, at, torch.where(a, nxt, r.out.gather(1, at)[:, 0])[:, None])
         r.count.add_(a.long())
@@ -190,29 +233,30 @@ class StreamDecoder:
         r.pos.add_(a.long())
         r.active.copy_(a & ~stop)
 
-    def _run_steps(self, cache: KVCache, n: int, gen) -> None:
+    def _run_steps(self, cache: KVCache, n: int) -> None:
         if not self.use_graphs:
             for _ in range(n):
-                self._step(cache, gen)
+                self._step(cache)
             return
         key = cache.max_len
         if key not in self._graphs:  # captured while every row is free: the warm-up changes nothing
             t0 = time.perf_counter()
-            self._graphs[key] = capture_graph(lambda: self._step(cache, None))[0]
+            self._graphs[key] = capture_graph(lambda: self._step(cache))[0]
             torch.cuda.synchronize()
             self.warmup_s += time.perf_counter() - t0
         for _ in range(n):
             self._graphs[key].replay()
 
     # ------------------------------------------------------------------ admission
-    def _admit(self, cache: KVCache, rows: list[int], reqs: list[int], prompts, limits, gen) -> None:
+    def _admit(self, cache: KVCache, rows: list[int], reqs: list[int], prompts, limits) -> None:
         """Prefill ``prompts[reqs]`` and set up rows ``rows`` (each request's first token included)."""
         r, dev = self._rows, self.device
         ids, pos, lens = step.pad_prompts([prompts[q] for q in reqs], dev)
         direct = rows == list(range(len(rows)))  # rows 0..n-1 of an empty cache: prefill in place
         dst = cache if direct else self._view(self._scratch, self._scratch.max_batch, cache.max_len)
         out = step.prefill(self.target, ids, pos, lens, dst, cache.max_len, taps=False)
-        first = step.sample(out.logits[:, 0], self.temperature, gen)
+        keys = torch.tensor(reqs, device=dev)
+        first = self._pick(out.logits[:, 0], keys, lens - 1)
         rt = torch.tensor(rows, device=dev)
         if not direct:
             n, L = len(rows), cache.max_len
@@ -221,7 +265,7 @@ class StreamDecoder:
                 blocks.index_copy_(0, rt, scratch[:-1].view(-1, L, *main.shape[1:])[:n])
         lim = torch.tensor([limits[q] for q in reqs], device=dev)
         r.token[rt], r.pos[rt], r.count[rt], r.limit[rt] = first, lens, torch.ones_like(lens), lim
-        r.out[rt, 0] = first
+        r.out[rt, 0], r.key[rt] = first, keys
         r.active[rt] = ~((first[:, None] == r.eos).any(-1) | (lim <= 1))
         for b, q in zip(rows, reqs):
             r.request[b] = q
@@ -276,12 +320,11 @@ class StreamDecoder:
                                  f"context of {ctx} positions")
         buckets = self._buckets(lens, limits)
         self._storage(max(L for L, _ in buckets), max(limits), eos)
-        gen = torch.Generator(device=self.device).manual_seed(self.seed) if self.temperature > 0 else None
         results: list[list[int] | None] = [None] * len(prompts)
         stats, warm0, t0 = StreamStats(buckets=len(buckets)), self.warmup_s, time.perf_counter()
         events: list = []
         for L, reqs in buckets:
-            if not self._bucket(self._view(self._cache, self.c, L), deque(reqs), prompts, limits, gen, results,
+            if not self._bucket(self._view(self._cache, self.c, L), deque(reqs), prompts, limits, results,
                                 stats, events, admit, on_result, progress):
                 break
         if self.device.type == "cuda":
@@ -308,10 +351,10 @@ class StreamDecoder:
             out.append((-(-need // KV_BLOCK_ALIGN) * KV_BLOCK_ALIGN, reqs))
         return out
 
-    def _bucket(self, cache, queue, prompts, limits, gen, results, stats, events, admit, on_result, progress) -> bool:
+    def _bucket(self, cache, queue, prompts, limits, results, stats, events, admit, on_result, progress) -> bool:
         """Decode one bucket until every admitted request ends; False once ``admit`` said no."""
         r, free, allowed = self._rows, list(range(self.c)), True
-        self._run_steps(cache, 0, gen)  # capture now, while every row is free
+        self._run_steps(cache, 0)  # capture now, while every row is free
         while True:
             if queue and allowed and (len(free) >= min(self.refill_at, len(queue)) or len(free) == self.c):
                 allowed = admit is None or admit()
@@ -321,14 +364,14 @@ class StreamDecoder:
                     rows, reqs = sorted(free)[:take], [queue.popleft() for _ in range(take)]
                     free = sorted(free)[take:]
                     events.append(self._mark())
-                    self._admit(cache, rows, reqs, prompts, limits, gen)
+                    self._admit(cache, rows, reqs, prompts, limits)
                     events[-1] = (events[-1], self._mark())
                     stats.prefills += 1
                     stats.requests += take
             busy = self.c - len(free)
             if busy == 0:
                 return allowed
-            self._run_steps(cache, self.sync_every, gen)
+            self._run_steps(cache, self.sync_every)
             stats.steps += self.sync_every
             stats.row_steps += self.sync_every * busy
             done = self._collect(results, on_result)

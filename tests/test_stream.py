@@ -75,14 +75,37 @@ def test_admit_stops_new_requests_and_in_flight_ones_finish():
     assert [res.tokens[q] for q in got] == ref
 
 
-def test_sampling_is_seeded_and_follows_the_temperature():
+def test_sampling_is_seeded_and_does_not_depend_on_the_batch():
     target = tiny_target()
     prompts = _prompts(10)
-    a = StreamDecoder(target, concurrency=4, temperature=0.9, seed=3).generate(prompts, 12, EOS).tokens
-    b = StreamDecoder(target, concurrency=4, temperature=0.9, seed=3).generate(prompts, 12, EOS).tokens
-    c = StreamDecoder(target, concurrency=4, temperature=0.9, seed=4).generate(prompts, 12, EOS).tokens
-    assert a == b and a != c
+
+    def sample(c, seed, **kw):
+        return StreamDecoder(target, concurrency=c, temperature=0.9, seed=seed, **kw).generate(prompts, 12, EOS).tokens
+    a = sample(4, 3)
+    assert a == sample(4, 3) == sample(2, 3) == sample(7, 3, sync_every=3)  # noise keyed by (seed, prompt, position)
+    assert a != sample(4, 4)
     assert a != _plain(target, prompts, [12] * 10)  # sampled, not greedy
+
+
+def test_gumbel_pick_samples_the_softmax():
+    from peagle_lab.stream import gumbel_pick
+
+    logits = torch.tensor([2.0, 1.0, 0.0, -1.0, 0.5]).expand(40000, -1)
+    t = torch.tensor(0.7)
+    picks = gumbel_pick(logits, t, torch.tensor(11), torch.arange(40000) % 97, torch.arange(40000) // 97)
+    freq = torch.bincount(picks, minlength=5).float() / 40000
+    assert torch.allclose(freq, torch.softmax(logits[0] / 0.7, -1), atol=0.01)
+
+
+def test_sampling_uniforms_are_a_function_of_their_inputs():
+    from peagle_lab.stream import sampling_uniforms
+
+    keys, pos = torch.tensor([0, 1, 0]), torch.tensor([5, 5, 6])
+    u = sampling_uniforms(torch.tensor(3), keys, pos, 1000)
+    assert torch.equal(u, sampling_uniforms(torch.tensor(3), keys, pos, 1000))
+    assert not torch.equal(u, sampling_uniforms(torch.tensor(4), keys, pos, 1000))
+    assert (u[0] != u[1]).float().mean() > 0.99 and (u[0] != u[2]).float().mean() > 0.99
+    assert 0.45 < float(u.mean()) < 0.55 and float(u.min()) > 0 and float(u.max()) < 1
 
 
 @pytest.mark.parametrize("kw,word", [
@@ -105,9 +128,11 @@ def test_bad_requests_name_the_value(prompts, max_new, word):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-def test_graphed_greedy_equals_eager_on_cuda():
+@pytest.mark.parametrize("temperature", [0.0, 0.9])
+def test_graphed_decoding_equals_eager_on_cuda(temperature):
     target = tiny_target().cuda()
     prompts = _prompts(40)
-    graphed = StreamDecoder(target, concurrency=8, sync_every=3).generate(prompts, 16, EOS)
-    eager = StreamDecoder(target, concurrency=8, sync_every=3, cuda_graphs=False).generate(prompts, 16, EOS)
+    kw = dict(concurrency=8, sync_every=3, temperature=temperature, seed=5)
+    graphed = StreamDecoder(target, **kw).generate(prompts, 16, EOS)
+    eager = StreamDecoder(target, cuda_graphs=False, **kw).generate(prompts, 16, EOS)
     assert graphed.tokens == eager.tokens and graphed.stats.warmup_s > 0

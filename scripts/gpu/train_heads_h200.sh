@@ -12,7 +12,8 @@
 #
 # Needs $OUT and the converted model ($PEAGLE_LAB_CACHE/models/SmolLM2-135M-Instruct; see
 # scripts/gpu/stage_h200.sh). Knobs (environment): PYTHON, WORK, SEED, DATA_TOKENS (40000000),
-# DATA_BUDGET_S (220), TRAIN_BUDGET_S (450, per run), NUM_MAGPIE (48000), ROW_LEN (2048), BATCH (16 rows a
+# DATA_BUDGET_S (220), TRAIN_BUDGET_S (450, per run), NUM_MAGPIE (160000: with continuous batching 48000 ran out
+# in under 4 minutes), ROW_LEN (2048), BATCH (16 rows a
 # GPU), LR (1e-3), RUNS ("METHOD:LAYERS[:WARM_START_HEAD] ...", e.g. "eagle3:1:peagle_lab/heads/eagle3 peagle:4
 # peagle:2"; PEAGLE_LAYERS / INIT_EAGLE3 / INIT_PEAGLE shape the default), EVAL_KS, SKIP_BENCH=1, SKIP_DATA=1,
 # EVAL_HEADS ("NAME=HEAD_DIR ...": heads trained before, e.g. the shipped ones, evaluated beside the new runs on
@@ -38,7 +39,7 @@ else
   CACHE=${PEAGLE_LAB_CACHE:?set PEAGLE_LAB_CACHE (the converted model lives in \$PEAGLE_LAB_CACHE/models)}
   MODEL=${MODEL:-$CACHE/models/SmolLM2-135M-Instruct}
   [ -f "$MODEL/config.json" ] || { echo "no model folder at $MODEL (source scripts/gpu/stage_h200.sh first)"; exit 2; }
-  TGT=(--model "$MODEL"); DATA=(--num-magpie ${NUM_MAGPIE:-48000} --max-code-prompts 4096 --max-math-prompts 8000
+  TGT=(--model "$MODEL"); DATA=(--num-magpie ${NUM_MAGPIE:-160000} --max-code-prompts 4096 --max-math-prompts 8000
                                --max-writing-prompts 8000 --response-max-tokens 320 --concurrency 1024
                                --heldout-fraction 0.01)
   DATA_TOKENS=${DATA_TOKENS:-40000000}; DATA_BUDGET_S=${DATA_BUDGET_S:-220}; TRAIN_BUDGET_S=${TRAIN_BUDGET_S:-450}
