@@ -131,8 +131,11 @@ class _Timer:
         return 1000.0 * (self.marks[b] - self.marks[a])
 
 
-def capture_graph(fn):
-    """Warm ``fn`` up on a side stream, then capture it; returns (graph, its static output)."""
+def capture_graph(fn, pool=None):
+    """Warm ``fn`` up on a side stream, then capture it; returns (graph, its static output).
+
+    ``pool`` (``torch.cuda.graph_pool_handle()``) lets graphs that never run at the same time share memory.
+    """
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
@@ -140,7 +143,7 @@ def capture_graph(fn):
             fn()
     torch.cuda.current_stream().wait_stream(s)
     g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
+    with torch.cuda.graph(g, pool=pool):
         out = fn()
     return g, out
 

@@ -22,17 +22,18 @@ def _plain(target, prompts, max_new, eos=EOS):
     return [eng.generate([p], max_new_tokens=m, eos_token_ids=eos).tokens[0] for p, m in zip(prompts, max_new)]
 
 
-@pytest.mark.parametrize("c,sync_every,refill_at", [(3, 1, 1), (4, 3, 2), (16, 2, None), (5, 7, 5)])
-def test_greedy_equals_plain_decoding_with_refills(c, sync_every, refill_at):
+@pytest.mark.parametrize("c,sync_every,refill_at,n", [(3, 1, 1, 23), (4, 3, 2, 23), (16, 2, None, 23), (5, 7, 5, 23),
+                                                       (32, 2, 3, 90)])  # the last admits 3..8 rows, padded to 4 or 8
+def test_greedy_equals_plain_decoding_with_refills(c, sync_every, refill_at, n):
     target = tiny_target()
-    prompts = _prompts(23)
-    max_new = [random.Random(i).randrange(1, 20) for i in range(23)]
+    prompts = _prompts(n)
+    max_new = [random.Random(i).randrange(1, 20) for i in range(n)]
     dec = StreamDecoder(target, concurrency=c, sync_every=sync_every, refill_at=refill_at, bucket_factor=2)
     res = dec.generate(prompts, max_new, EOS)
     assert res.tokens == _plain(target, prompts, max_new)
     s = res.stats
-    assert s.requests == 23 and s.output_tokens == sum(len(t) for t in res.tokens)
-    assert s.prefills >= -(-23 // c) and s.buckets >= 1
+    assert s.requests == n and s.output_tokens == sum(len(t) for t in res.tokens)
+    assert s.prefills >= -(-n // c) and s.buckets >= 1
     # every row-step that made no token is a row waiting for the next read, never more than sync_every - 1
     assert s.decode_tokens <= s.row_steps <= s.decode_tokens + s.requests * sync_every
     assert any(t[-1] in EOS for t in res.tokens) and any(t[-1] not in EOS for t in res.tokens)
