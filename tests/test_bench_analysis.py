@@ -50,12 +50,24 @@ def test_goals_report_pass_miss_and_missing_with_evidence():
     rows = [row("eagle3", 5, 1, 100.0, "chat"), row("peagle", 5, 1, 160.0, "chat"),  # 1.6×: pass
             row("eagle3", 5, 1, 100.0, "code"), row("peagle", 5, 1, 120.0, "code"),  # 1.2×: miss
             row("baseline", 0, 1, 50.0, "code", tpot=3.0),  # P-EAGLE/plain on code: 2.4×
-            row("baseline", 0, 1, 40.0, "code", source="transformers", tpot=3.6)]
+            row("baseline", 0, 1, 40.0, "code", source="transformers", tpot=3.6),
+            row("baseline", 0, 1, 60.0, "chat", tpot=1.5, step=1.25),  # the plain step: 1.25 ms, pass
+            row("baseline", 0, 1, 50.0, "chat", source="transformers", tpot=2.7),  # 1.8× ours: miss at 2×
+            row("peagle", 7, 1, 150.0, "chat", step=1.6),  # P-EAGLE K = 7 step 1.6 ms: miss at 1.5
+            row("eagle3", 3, 1, 100.0, "long"), row("peagle", 3, 1, 100.0, "long")]  # long: no ratio goal
     goals = {g.name: g for g in check_goals(BenchResult(RUN_INFO, {}, rows))}
     assert goals["P-EAGLE/EAGLE-3 TPS, c=1, chat"].passed is True
     miss = goals["P-EAGLE/EAGLE-3 TPS, c=1, code"]
-    assert miss.passed is False and miss.measured == pytest.approx(1.2)
-    assert "short by 20%" in miss.detail and "verify 3.00" in miss.detail  # the step split as evidence
+    assert miss.passed is False and miss.measured == pytest.approx(1.2) and miss.bound == "≥ 1.3×"
+    assert "short by 8%" in miss.detail and "verify 3.00" in miss.detail  # the step split as evidence
     assert goals["P-EAGLE/EAGLE-3 TPS, c=64, chat"].passed is None
+    assert not any("long" in name for name in goals)
     assert goals["P-EAGLE/baseline TPS, c=1, code"].measured == pytest.approx(2.4)
-    assert goals["transformers/our baseline TPOT, c=1, code"].measured == pytest.approx(1.2)
+    ref_code = goals["transformers/our baseline TPOT, c=1, code"]
+    ref_chat = goals["transformers/our baseline TPOT, c=1, chat"]
+    assert ref_code.measured == pytest.approx(1.2) and ref_code.passed is True  # ≥ 1× off the headline cell
+    assert ref_chat.measured == pytest.approx(1.8) and ref_chat.passed is False and ref_chat.target == 2.0
+    plain, k7 = goals["plain step, c=1, chat"], goals["P-EAGLE K=7 step, c=1, chat"]
+    assert plain.passed is True and plain.value() == "1.25 ms" and plain.bound == "≤ 1.3 ms"
+    assert k7.passed is False and k7.measured == pytest.approx(1.6)
+    assert goals["plain step, c=64, chat"].passed is None

@@ -64,8 +64,7 @@ def goals_table(result: BenchResult) -> str:
     out = []
     for g in check_goals(result):
         status = {True: "PASS", False: "MISS", None: "n/a "}[g.passed]
-        measured = f"{g.measured:.2f}×" if g.measured is not None else "—"
-        out.append(f"[{status}] {g.name}: {measured} (goal ≥ {g.target:g}×) — {g.detail}")
+        out.append(f"[{status}] {g.name}: {g.value()} (goal {g.bound}) — {g.detail}")
     return "\n".join(out)
 
 
@@ -124,7 +123,7 @@ def render_html(result: BenchResult, plotlyjs_src: str | None = "plotly.min.js")
     for g in check_goals(result):
         cls, word = {True: ("pass", "PASS"), False: ("miss", "MISS"), None: ("na", "n/a")}[g.passed]
         goal_rows.append([esc(g.name), f"<span class='{cls}'>{word}</span>",
-                          "—" if g.measured is None else f"{g.measured:.2f}×", f"≥ {g.target:g}×", esc(g.detail)])
+                          g.value(), g.bound, esc(g.detail)])
     parts.append(_table(["goal", "status", "measured", "target", "evidence"], goal_rows))
     parts.append("<h2>Headline: each method at its best K</h2>")
     ratio = lambda v: "—" if v is None else f"{v:.2f}×"  # noqa: E731
