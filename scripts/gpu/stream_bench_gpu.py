@@ -8,7 +8,8 @@ stop at the 320-token cap, the rest earlier; 222 tokens on average in the seed-1
 * chunks: ``--chunks`` chunks of ``c`` prompts in length order, each decoded to 320 tokens (a
   chunk lasts as long as its longest response, which in real data reaches the cap); it is
   credited with the tokens its requests' limits allow, which is what the old generator kept;
-* stream: every prompt through one ``StreamDecoder``, each to its own limit.
+* stream: every prompt through one ``StreamDecoder``, each to its own limit (``--temperatures``:
+  greedy and sampled rows).
 
 Usage: python scripts/gpu/stream_bench_gpu.py [--out FILE.json] [-c 1024] [--prompts 4096]
 """
@@ -54,8 +55,8 @@ def chunked(target, prompts, limits, c: int, cap: int, chunks: int) -> dict:
             "row_use": credited / (steps * c)}
 
 
-def streamed(target, prompts, limits, c: int, sync_every: int) -> dict:
-    dec = StreamDecoder(target, concurrency=c, sync_every=sync_every)
+def streamed(target, prompts, limits, c: int, sync_every: int, temperature: float = 0.0) -> dict:
+    dec = StreamDecoder(target, concurrency=c, sync_every=sync_every, temperature=temperature)
     dec.generate(prompts[:c], 8, ())  # warm-up: compile, capture
     torch.cuda.synchronize()
     t0 = time.perf_counter()
@@ -63,7 +64,8 @@ def streamed(target, prompts, limits, c: int, sync_every: int) -> dict:
     wall = time.perf_counter() - t0
     s = res.stats
     assert all(len(t) == m for t, m in zip(res.tokens, limits)), "a request stopped short of its limit"
-    return {"path": "stream", "c": c, "sync_every": sync_every, "requests": s.requests, "tokens": s.output_tokens,
+    return {"path": "stream", "c": c, "sync_every": sync_every, "temperature": temperature, "requests": s.requests,
+            "tokens": s.output_tokens,
             "wall_s": wall, "tokens_per_s": s.output_tokens / wall,
             "step_ms": 1e3 * (s.decode_s - s.warmup_s) / max(s.steps, 1), "prefill_s": s.prefill_s,
             "warmup_s": s.warmup_s, "row_use": s.row_use, "prefills": s.prefills, "buckets": s.buckets}
@@ -76,6 +78,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cap", type=int, default=320, help="the response cap (--response-max-tokens)")
     ap.add_argument("--chunks", type=int, default=2, help="chunks timed on the chunked path")
     ap.add_argument("--sync-every", type=int, nargs="+", default=[4])
+    ap.add_argument("--temperatures", type=float, nargs="+", default=[0.0],
+                    help="stream rows at each (sampling replays in the same CUDA graph as greedy decoding)")
     ap.add_argument("--out")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
@@ -88,7 +92,8 @@ def main(argv: list[str] | None = None) -> int:
            "what": "data-generation decoding: fixed chunks vs continuous batching, bf16, SmolLM2 shape, random weights",
            "rows": []}
     for row in [chunked(target, prompts, limits, args.concurrency, args.cap, args.chunks)] + \
-               [streamed(target, prompts, limits, args.concurrency, s) for s in args.sync_every]:
+               [streamed(target, prompts, limits, args.concurrency, s, t) for t in args.temperatures
+                for s in args.sync_every]:
         doc["rows"].append(row)
         print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in row.items()}), flush=True)
         if args.out:

@@ -18,7 +18,9 @@
 # peagle:2"; PEAGLE_LAYERS / INIT_EAGLE3 / INIT_PEAGLE shape the default), EVAL_KS, SKIP_BENCH=1, SKIP_DATA=1,
 # EVAL_HEADS ("NAME=HEAD_DIR ...": heads trained before, e.g. the shipped ones, evaluated beside the new runs on
 # the same prompts; their weights stay out of the archive), DEPTH=1 (then scripts/gpu/depth_bench_h200.sh ranks
-# every exported peagle-<N>l head by throughput; its files land in $OUT too).
+# every exported peagle-<N>l head by throughput; its files land in $OUT too), SWEEP=1 (then the K sweep of the
+# README with the new heads → $OUT/sweep_bench.json; SWEEP_PEAGLE / SWEEP_EAGLE3 pick other heads, SWEEP_PREVIOUS
+# adds an earlier P-EAGLE head's cells, SWEEP_BUDGET_S its time budget, 300).
 # SMOKE=1 DEVICE=cpu runs every stage on the tiny random target in a few minutes (checks this script).
 # Reassemble:  cat heads.tgz.part-* | tar -xzf -
 set -euo pipefail
@@ -179,6 +181,28 @@ if [ "${DEPTH:-0}" = 1 ]; then
   KEPT="$WORK/ship/heads" WORK="$WORK" DEPTH_PACK_HEAD=0 PYTHON="$PY" bash scripts/gpu/depth_bench_h200.sh \
     || echo "depth benchmark failed (the heads are packaged all the same)"
   mark depth $t
+fi
+
+# ---------------------------------------------------------------- 7 K sweep with the new heads (SWEEP=1)
+# The throughput sweep of the README's K-scaling table: plain, EAGLE-3 and P-EAGLE, K = 1..8, c = 1 and 64, chat
+# and code, then the P-EAGLE cells again with SWEEP_PREVIOUS (an earlier head) in the same session.
+if [ "${SWEEP:-0}" = 1 ] && [ "${SMOKE:-0}" != 1 ]; then  # the sweep needs the real model
+  t=$SECONDS
+  first() { for d in "$@"; do [ -f "$d/config.json" ] && { echo "$d"; return; }; done; }
+  SP=${SWEEP_PEAGLE:-$(first "$WORK"/ship/heads/peagle-*l)}
+  SE=${SWEEP_EAGLE3:-$(first "$WORK"/ship/heads/eagle3-*l peagle_lab/heads/eagle3)}
+  SWEEP_ARGS=(-k 2 3 4 5 7 -c 1 64 --workloads chat code --device "$DEVICE" --no-reference
+              --time-budget-s "${SWEEP_BUDGET_S:-300}")
+  "$PY" -m peagle_lab.cli bench --methods baseline eagle3 peagle "${SWEEP_ARGS[@]}" --eagle3-head "$SE" \
+    --peagle-head "$SP" --out "$WORK/sweep" > "$WORK/sweep.log" 2>&1 && cp "$WORK/sweep/bench.json" "$OUT/sweep_bench.json" \
+    || echo "K sweep failed (the heads are packaged all the same)"
+  grep -v "^\[" "$WORK/sweep.log" | tail -15
+  if [ -n "${SWEEP_PREVIOUS:-}" ]; then
+    "$PY" -m peagle_lab.cli bench --methods peagle "${SWEEP_ARGS[@]}" --peagle-head "$SWEEP_PREVIOUS" \
+      --out "$WORK/sweep_prev" > "$WORK/sweep_prev.log" 2>&1 \
+      && cp "$WORK/sweep_prev/bench.json" "$OUT/sweep_previous_peagle_head.json" || echo "previous-head sweep failed"
+  fi
+  mark sweep $t
 fi
 
 echo "### done in $((SECONDS - T0))s; stage seconds: {${STAGES%, }}"
