@@ -21,6 +21,7 @@
 # every exported peagle-<N>l head by throughput; its files land in $OUT too), SWEEP=1 (then the K sweep of the
 # README with the new heads → $OUT/sweep_bench.json; SWEEP_PEAGLE / SWEEP_EAGLE3 pick other heads, SWEEP_PREVIOUS
 # adds an earlier P-EAGLE head's cells, SWEEP_BUDGET_S its time budget (300), SWEEP_PROMPTS prompts a c = 1 cell (16)).
+# TRAIN_EXTRA: more flags for every train run (a recipe experiment, e.g. "--cod-ratio-min 0.3": more deep COD elements).
 # SMOKE=1 DEVICE=cpu runs every stage on the tiny random target in a few minutes (checks this script).
 # Reassemble:  cat heads.tgz.part-* | tar -xzf -
 set -euo pipefail
@@ -104,7 +105,7 @@ train_one() {  # train_one INDEX GPU
   local n=${NAMES[$1]}
   CUDA_VISIBLE_DEVICES=$(gpu "$2") TORCH_LOGS=recompiles "$PY" -m peagle_lab.train.cli train --method "${METHODS[$1]}" \
     --layers "${LAYERS[$1]}" ${INITS[$1]:+--init-from "${INITS[$1]}"} --out "$WORK/runs/$n" "${TRAIN[@]}" \
-    --time-budget-s "$TRAIN_BUDGET_S" > "$WORK/train-$n.log" 2>&1 || { echo "training $n failed"; return 1; }
+    --time-budget-s "$TRAIN_BUDGET_S" ${TRAIN_EXTRA:-} > "$WORK/train-$n.log" 2>&1 || { echo "training $n failed"; return 1; }
 }
 FAIL=0; waves train_one || FAIL=1
 # EVAL_HEADS: earlier heads join the evaluation as run folders of their own (head/ + their summary.json).
