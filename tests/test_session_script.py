@@ -1,0 +1,43 @@
+"""scripts/gpu/train_heads_h200.sh end to end on the CPU (SMOKE=1: tiny random target, character tokenizer).
+
+The GPU sessions run this script in the background for ~15 minutes of scarce device time, so a break in any
+stage (data through StreamDecoder, training, throughput, evaluation, packaging) must show up here first.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+def test_the_session_script_runs_every_stage_and_packages_the_heads(tmp_path):
+    out, work = tmp_path / "out", tmp_path / "work"
+    env = dict(os.environ, SMOKE="1", DEVICE="cpu", OUT=str(out), WORK=str(work), PYTHON=sys.executable,
+               OMP_NUM_THREADS="1", NGPU="1", TRAIN_BUDGET_S="12", TRAIN_EXTRA="--cod-ratio-min 0.3", SWEEP="1")
+    run = subprocess.run(["bash", "scripts/gpu/train_heads_h200.sh"], cwd=REPO, env=env, capture_output=True,
+                         text=True, timeout=900)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    results = json.loads((out / "results.json").read_text())
+    assert set(results["heads"]) == {"eagle3-1l", "peagle-1l"}
+    assert set(results["stage_seconds"]) >= {"data", "train", "bench", "eval"}
+    assert "sweep" not in results["stage_seconds"]  # SMOKE skips the sweep: it needs the real model
+    for name in ("eagle3-1l", "peagle-1l"):  # TRAIN_EXTRA reached every run
+        summary = json.loads((work / "runs" / name / "summary.json").read_text())
+        assert "--cod-ratio-min 0.3" in summary["command"] and summary["config"]["cod_ratio_min"] == 0.3
+    card = json.loads((work / "data" / "card.json").read_text())
+    assert card["throughput"]["per_rank"][0]["phases"]["greedy"]["engine"]["prefills"] >= 1  # by StreamDecoder
+    parts = sorted(out.glob("heads.tgz.part-*"))
+    archive = tmp_path / "heads.tgz"
+    archive.write_bytes(b"".join(p.read_bytes() for p in parts))
+    with tarfile.open(archive) as tar:
+        names = tar.getnames()
+    assert any(n.endswith("peagle-1l/config.json") for n in names) and any(n.endswith(".safetensors") for n in names)
