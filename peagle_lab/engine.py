@@ -109,7 +109,7 @@ class GenerationResult:
     trace: list[StepTrace] = field(default_factory=list)
 
 
-class _Timer:
+class Timer:
     """Wall-clock sections; on CUDA, events so that timing adds no host synchronisation."""
 
     def __init__(self, device: torch.device) -> None:
@@ -169,15 +169,19 @@ def compiled(fn):
     return torch.compile(fn, fullgraph=True, dynamic=True)
 
 
-class _Graphs:
-    """CUDA graphs captured per input shape; ``run`` copies inputs into static buffers.
+class CudaGraphs:
+    """CUDA graphs captured per key (an input shape); ``run`` copies inputs into static buffers.
 
-    ``warmup_s`` adds up the wall time of first calls (compilation, warm-up and capture).
+    ``warmup_s`` adds up the wall time of first calls (compilation, warm-up and capture). ``pool``
+    (``torch.cuda.graph_pool_handle()``) gives every graph that ``run`` captures one shared memory
+    pool: safe for graphs that run one at a time on one stream, whose static inputs and outputs
+    stay allocated.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, pool=None) -> None:
         self.graphs: dict = {}
         self.warmup_s = 0.0
+        self.pool = pool
 
     def capture(self, key, make):
         """``self.graphs[key] = make()`` once, timed into ``warmup_s``."""
@@ -191,7 +195,7 @@ class _Graphs:
     def run(self, key, fn, *args: torch.Tensor):
         def make():
             static = [a.clone() for a in args]
-            g, out = capture_graph(lambda: fn(*static))
+            g, out = capture_graph(lambda: fn(*static), pool=self.pool)
             return g, static, out
         g, static, out = self.capture(key, make)
         for s_, a in zip(static, args):
@@ -237,7 +241,7 @@ class SpecDecoder:
         # batch, stays eager: compiled with symbolic widths it measured slower on the H200 (K sweep
         # at 087f672, c = 1: 25-40 ms a request against 18-25 ms eager at f2401ec).
         self._layer_fn = compiled(call_layer) if self.compiled else None
-        self._graphs = _Graphs()
+        self._graphs = CudaGraphs()
         self._cache_t = self._cache_d = None
         # How many times the KV caches were allocated: a soak test's proof that they are reused
         # (a freed and reallocated cache can land at the same address, so pointers cannot tell).
@@ -329,7 +333,7 @@ class SpecDecoder:
         key = ("drafter", tuple(ids.shape), None if rows is None else tuple(rows.shape))
         return self._graphs.run(key, fn, ids, hidden, pos, slots, *extra)
 
-    def _draft(self, cache, taps, ids, pos, n, bonus, max_len, gen, timer: "_Timer | None" = None):
+    def _draft(self, cache, taps, ids, pos, n, bonus, max_len, gen, timer: "Timer | None" = None):
         """``step.prepare_draft`` (timed as "prep") then ``step.draft``; returns (result, marks).
 
         On CUDA at temperature 0, decode steps replay two graphs (prep, then every drafter
@@ -409,7 +413,7 @@ class SpecDecoder:
         st = _State(nxt, draft, lens.clone(), _device_flags([not d for d in done], dev))
         prefill_s = time.perf_counter() - t0
 
-        counts, trace, timer = _Counts(K), [], _Timer(dev)
+        counts, trace, timer = _Counts(K), [], Timer(dev)
         t1 = time.perf_counter()
         while not all(done):
             m0 = timer.mark()
@@ -539,7 +543,7 @@ def _device_flags(flags: list[bool], device: torch.device) -> torch.Tensor:
     return t.to(device)
 
 
-def _step_trace(timer: _Timer, i: int, m0: int, m1: int, marks, accepted: tuple[int, ...], forwards: int) -> StepTrace:
+def _step_trace(timer: Timer, i: int, m0: int, m1: int, marks, accepted: tuple[int, ...], forwards: int) -> StepTrace:
     """A ``StepTrace`` from the timer's marks (read after the final synchronisation)."""
     prep = timer.ms(marks[0], marks[1]) if marks else 0.0
     draft = timer.ms(marks[1], marks[2]) if marks else 0.0

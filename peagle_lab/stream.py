@@ -43,9 +43,8 @@ import torch
 
 from . import step
 from .config import check_int
-from .engine import KV_BLOCK_ALIGN, capture_graph, check_eos, check_prompts, compiled
+from .engine import KV_BLOCK_ALIGN, CudaGraphs, Timer, capture_graph, check_eos, check_prompts, compiled
 from .models.llama import KVCache, LlamaModel, call_layer, fuse_projections
-from .verify import target_probs_from_logits
 
 __all__ = ["StreamDecoder", "StreamResult", "StreamStats", "sampling_uniforms", "gumbel_pick"]
 
@@ -108,9 +107,6 @@ class StreamStats:
     def row_use(self) -> float | None:
         """The share of row-steps that made a token (1 when no row ever waits)."""
         return self.decode_tokens / self.row_steps if self.row_steps else None
-
-    def as_dict(self) -> dict:
-        return dict(vars(self), decode_tokens=self.decode_tokens, row_use=self.row_use)
 
 
 class StreamResult(NamedTuple):
@@ -186,24 +182,28 @@ class StreamDecoder:
         self._cache: KVCache | None = None
         self._scratch: KVCache | None = None
         self._rows: _Rows | None = None
-        self._graphs: dict = {}
-        self._pool = None  # the prefill graphs' shared memory pool
-        self.warmup_s = 0.0
+        self._graphs = CudaGraphs()  # decode steps by block length; prefills (one shared pool) by shape
         self.cache_allocations = 0
+
+    @property
+    def warmup_s(self) -> float:
+        """Seconds spent compiling and capturing CUDA graphs so far (0 without graphs)."""
+        return self._graphs.warmup_s
 
     # ------------------------------------------------------------------ storage
     def _storage(self, max_len: int, max_new: int, eos: Sequence[int]) -> None:
         """The main cache (c rows × ``max_len``), the scratch cache and the row state, kept across calls."""
         if self._cache is None or max_len > self._cache.max_len:
-            self._graphs.clear()  # they point at the old tensors
-            self._cache = self._scratch = self._pool = None
+            self._graphs.graphs.clear()  # they point at the old tensors
+            self._cache = self._scratch = self._graphs.pool = None
             if self.device.type == "cuda":
                 torch.cuda.empty_cache()
+                self._graphs.pool = torch.cuda.graph_pool_handle()
             self._cache = self.target.allocate_cache(self.c + 1, max_len)  # block c: the spare (see _admit)
             self._scratch = self.target.allocate_cache(max(self.refill_at, self.c // 4), max_len)
             self.cache_allocations += 1
         if self._rows is None or not self._rows.fits(self.c, max_new, eos):
-            self._graphs.clear()
+            self._graphs.graphs.clear()
             self._rows = _Rows(self.c, max_new, max(EOS_SLOTS, len(eos)), self.device)
         self._rows.set_eos(eos)
 
@@ -243,14 +243,10 @@ class StreamDecoder:
             for _ in range(n):
                 self._step(cache)
             return
-        key = cache.max_len
-        if key not in self._graphs:  # captured while every row is free: the warm-up changes nothing
-            t0 = time.perf_counter()
-            self._graphs[key] = capture_graph(lambda: self._step(cache))[0]
-            torch.cuda.synchronize()
-            self.warmup_s += time.perf_counter() - t0
+        # captured at a bucket's start, while every row is free: the warm-up changes nothing
+        graph = self._graphs.capture(cache.max_len, lambda: capture_graph(lambda: self._step(cache))[0])
         for _ in range(n):
-            self._graphs[key].replay()
+            graph.replay()
 
     # ------------------------------------------------------------------ admission
     def _admit(self, cache: KVCache, rows: list[int], reqs: list[int], prompts, limits, direct: bool) -> None:
@@ -282,7 +278,9 @@ class StreamDecoder:
                 self._copy_blocks(dst, dest, cache.max_len)
             return self._pick(out.logits[:, 0], keys, lens - 1)
 
-        first = self._replay(("prefill", cache.max_len, nb, tb, direct), fn, ids, lens, keys, dest)[:n]
+        args = (ids, lens, keys, dest)
+        key = ("prefill", cache.max_len, nb, tb, direct)
+        first = (self._graphs.run(key, fn, *args) if self.use_graphs else fn(*args))[:n]
         rt, lens = dest[:n], lens[:n]
         lim = torch.tensor([limits[q] for q in reqs], device=dev)
         r.token[rt], r.pos[rt], r.count[rt], r.limit[rt] = first, lens, torch.ones_like(lens), lim
@@ -297,29 +295,6 @@ class StreamDecoder:
         for main, src in zip((*self._cache.k, *self._cache.v), (*scratch.k, *scratch.v)):
             view = main[: blocks * max_len].view(blocks, max_len, *main.shape[1:])
             view.index_copy_(0, dest, src[:-1].view(-1, max_len, *main.shape[1:]))
-
-    def _replay(self, key, fn, *args: torch.Tensor):
-        """``fn(*args)``; on CUDA with graphs, one graph per ``key`` replayed from static copies of ``args``.
-
-        The prefill graphs share one memory pool: they run one at a time on one stream, and each
-        one's static inputs and output stay allocated, so none can overwrite another's.
-        """
-        if not self.use_graphs:
-            return fn(*args)
-        if key not in self._graphs:
-            t0 = time.perf_counter()
-            static = [a.clone() for a in args]
-            if self._pool is None:
-                self._pool = torch.cuda.graph_pool_handle()
-            g, out = capture_graph(lambda: fn(*static), pool=self._pool)
-            self._graphs[key] = (g, static, out)
-            torch.cuda.synchronize()
-            self.warmup_s += time.perf_counter() - t0
-        g, static, out = self._graphs[key]
-        for s_, a in zip(static, args):
-            s_.copy_(a)
-        g.replay()
-        return out
 
     def _collect(self, results: list, on_result) -> list[int]:
         """Rows whose request finished since the last read: their tokens to ``results``; returns them freed."""
@@ -373,16 +348,14 @@ class StreamDecoder:
         self._storage(max(L for L, _ in buckets), max(limits), eos)
         results: list[list[int] | None] = [None] * len(prompts)
         stats, warm0, t0 = StreamStats(buckets=len(buckets)), self.warmup_s, time.perf_counter()
-        events: list = []
+        timer, spans = Timer(self.device), []  # spans: the admissions' (start, end) marks
         for L, reqs in buckets:
             if not self._bucket(self._view(self._cache, self.c, L), deque(reqs), prompts, limits, results,
-                                stats, events, admit, on_result, progress):
+                                stats, (timer, spans), admit, on_result, progress):
                 break
         if self.device.type == "cuda":
             torch.cuda.synchronize()
-            stats.prefill_s = sum(a.elapsed_time(b) for a, b in events) / 1e3
-        else:
-            stats.prefill_s = sum(b - a for a, b in events)
+        stats.prefill_s = sum(timer.ms(a, b) for a, b in spans) / 1e3
         stats.decode_s = time.perf_counter() - t0 - stats.prefill_s
         stats.warmup_s = self.warmup_s - warm0
         stats.output_tokens = sum(len(t) for t in results if t is not None)
@@ -402,9 +375,9 @@ class StreamDecoder:
             out.append((-(-need // KV_BLOCK_ALIGN) * KV_BLOCK_ALIGN, reqs))
         return out
 
-    def _bucket(self, cache, queue, prompts, limits, results, stats, events, admit, on_result, progress) -> bool:
+    def _bucket(self, cache, queue, prompts, limits, results, stats, timing, admit, on_result, progress) -> bool:
         """Decode one bucket until every admitted request ends; False once ``admit`` said no."""
-        r, free, allowed = self._rows, list(range(self.c)), True
+        (timer, spans), free, allowed = timing, list(range(self.c)), True
         self._run_steps(cache, 0)  # capture now, while every row is free
         while True:
             if queue and allowed and (len(free) >= min(self.refill_at, len(queue)) or len(free) == self.c):
@@ -414,9 +387,9 @@ class StreamDecoder:
                     take = min(len(free), len(queue), self.c if direct else self._scratch.max_batch)
                     rows, reqs = sorted(free)[:take], [queue.popleft() for _ in range(take)]
                     free = sorted(free)[take:]
-                    events.append(self._mark())
+                    start = timer.mark()
                     self._admit(cache, rows, reqs, prompts, limits, direct)
-                    events[-1] = (events[-1], self._mark())
+                    spans.append((start, timer.mark()))
                     stats.prefills += 1
                     stats.requests += take
             busy = self.c - len(free)
@@ -429,13 +402,6 @@ class StreamDecoder:
             free += done
             if progress is not None and done:
                 progress(len(done))
-
-    def _mark(self):
-        if self.device.type == "cuda":
-            ev = torch.cuda.Event(enable_timing=True)
-            ev.record()
-            return ev
-        return time.perf_counter()
 
 
 def _limits(max_new_tokens, n: int) -> list[int]:
