@@ -1,4 +1,5 @@
-"""Tiny random models for tests, doctests and the CPU quick paths (seeded, so reproducible)."""
+"""Random models: tiny ones for tests, doctests and the CPU quick paths, and SmolLM2-shaped ones for GPU
+step-cost measurements without the weights (seeded, so reproducible)."""
 from __future__ import annotations
 
 from types import SimpleNamespace
@@ -40,6 +41,17 @@ def tiny_target(seed: int = 0, **kw) -> LlamaModel:
             if p.dim() == 2:
                 p.copy_(torch.randn(p.shape, generator=g) * (0.5 if p is model.embed_tokens.weight else 0.2))
     return model.eval()
+
+
+def random_smollm2(device: str = "cuda", dtype: torch.dtype = torch.bfloat16, seed: int | None = 0) -> LlamaModel:
+    """A model of SmolLM2-135M's shape (``LlamaConfig()``) with PyTorch's default random init.
+
+    ``seed`` seeds torch's global generator first (the scripts' later draws follow from it); None
+    leaves the generator as it is.
+    """
+    if seed is not None:
+        torch.manual_seed(seed)
+    return LlamaModel(LlamaConfig()).to(device=device, dtype=dtype).eval()
 
 
 def tiny_drafter(target: LlamaModel, method: str = "peagle", num_hidden_layers: int = 1, seed: int = 1,

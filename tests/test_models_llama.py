@@ -104,3 +104,15 @@ def test_shape_errors_are_clear():
         model(torch.zeros(2, 3, dtype=torch.long), torch.zeros(2, 4, dtype=torch.long))
     with pytest.raises(ValueError, match="slot_mapping is required"):
         model(torch.zeros(1, 3, dtype=torch.long), torch.arange(3)[None], cache=model.allocate_cache(1, 8))
+
+
+def test_random_smollm2_has_the_default_shape_and_its_seed_decides_the_weights():
+    from peagle_lab.models.llama import LlamaConfig
+    from peagle_lab.testing import random_smollm2
+
+    a = random_smollm2("cpu", torch.float32, seed=3)
+    b = random_smollm2("cpu", torch.float32, seed=3)
+    c = random_smollm2("cpu", torch.float32, seed=None)  # the generator goes on: other weights
+    assert a.config == LlamaConfig() and a.dtype == torch.float32 and not a.training
+    assert torch.equal(a.layers[0].mlp.up_proj.weight, b.layers[0].mlp.up_proj.weight)
+    assert not torch.equal(a.layers[0].mlp.up_proj.weight, c.layers[0].mlp.up_proj.weight)

@@ -22,8 +22,8 @@ import torch
 from peagle_lab.config import SpecConfig
 from peagle_lab.drafter import random_drafter
 from peagle_lab.engine import SpecDecoder
-from peagle_lab.models.llama import LlamaConfig, LlamaModel
 from peagle_lab.provenance import run_info
+from peagle_lab.testing import random_smollm2
 
 
 def measure(target, drafter, method: str, k: int, compile_mode: str, prompts, new_tokens: int) -> dict:
@@ -57,8 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         raise SystemExit("smoke_engine_gpu.py needs CUDA")
-    torch.manual_seed(0)
-    target = LlamaModel(LlamaConfig()).to(device="cuda", dtype=torch.bfloat16).eval()
+    target = random_smollm2()
     make = {"baseline": lambda: None, "eagle3": lambda: random_drafter(target, "eagle3"),
             "peagle": lambda: random_drafter(target, "peagle", args.peagle_layers)}
     heads = {m: make[m]() for m in args.methods}

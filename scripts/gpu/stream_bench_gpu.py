@@ -26,9 +26,9 @@ import torch
 
 from peagle_lab.config import SpecConfig
 from peagle_lab.engine import SpecDecoder
-from peagle_lab.models.llama import LlamaConfig, LlamaModel
 from peagle_lab.provenance import run_info
 from peagle_lab.stream import StreamDecoder
+from peagle_lab.testing import random_smollm2
 
 
 def workload(n: int, vocab: int, cap: int, seed: int = 0) -> tuple[list[list[int]], list[int]]:
@@ -84,10 +84,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         raise SystemExit("stream_bench_gpu.py needs CUDA")
-    torch.manual_seed(0)
-    cfg = LlamaConfig()
-    target = LlamaModel(cfg).to(device="cuda", dtype=torch.bfloat16).eval()
-    prompts, limits = workload(args.prompts, cfg.vocab_size, args.cap)
+    target = random_smollm2()
+    prompts, limits = workload(args.prompts, target.config.vocab_size, args.cap)
     doc = {**run_info(shlex.join(["python", *sys.argv])),
            "what": "data-generation decoding: fixed chunks vs continuous batching, bf16, SmolLM2 shape, random weights",
            "rows": []}
