@@ -385,8 +385,8 @@ class StreamDecoder:
                 while allowed and queue and free:
                     direct = len(free) == self.c  # an empty cache: prefill straight into rows 0..n-1
                     take = min(len(free), len(queue), self.c if direct else self._scratch.max_batch)
-                    rows, reqs = sorted(free)[:take], [queue.popleft() for _ in range(take)]
-                    free = sorted(free)[take:]
+                    free.sort()
+                    rows, free, reqs = free[:take], free[take:], [queue.popleft() for _ in range(take)]
                     start = timer.mark()
                     self._admit(cache, rows, reqs, prompts, limits, direct)
                     spans.append((start, timer.mark()))
