@@ -46,7 +46,7 @@ from .config import check_int
 from .engine import KV_BLOCK_ALIGN, CudaGraphs, Timer, capture_graph, check_eos, check_prompts, compiled
 from .models.llama import KVCache, LlamaModel, call_layer, fuse_projections
 
-__all__ = ["StreamDecoder", "StreamResult", "StreamStats", "sampling_uniforms", "gumbel_pick"]
+__all__ = ["StreamDecoder", "StreamResult", "StreamStats", "sampling_uniforms", "gumbel_pick", "token_hashes"]
 
 EOS_SLOTS = 8  # end-of-sequence ids the device state holds (padded with -1, which no token equals)
 PREFILL_ALIGN = 64  # prefill widths are padded to a multiple of this (one CUDA graph per padded shape)
@@ -62,25 +62,40 @@ def _mix32(x: torch.Tensor) -> torch.Tensor:
     return x ^ (x >> 16)
 
 
-def sampling_uniforms(seed: torch.Tensor, keys: torch.Tensor, positions: torch.Tensor, vocab: int) -> torch.Tensor:
+def token_hashes(vocab: int, device: torch.device | str | None = None) -> torch.Tensor:
+    """The per-token-id half of the sampling hash, ``[vocab]`` int64 in [0, 2³²).
+
+    Computed once and passed in as a tensor: inside a compiled kernel an index times this 32-bit
+    multiplier does not fit Triton's int32 index arithmetic, while a loaded int64 value does.
+    """
+    return (torch.arange(vocab, device=device) * 0x9E3779B1) & _M32
+
+
+def sampling_uniforms(seed: torch.Tensor, keys: torch.Tensor, positions: torch.Tensor,
+                      tokens: torch.Tensor) -> torch.Tensor:
     """Uniforms in (0, 1), ``[c, vocab]`` float32, a pure function of (seed, key, position, token id).
 
-    24 random bits each, so ``u`` and ``1 - u`` are exact in float32 and ``-log(u)`` is never 0.
+    ``tokens`` is ``token_hashes(vocab)``. 24 random bits each, so ``u`` and ``1 - u`` are exact in
+    float32 and ``-log(u)`` is never 0.
 
-    >>> u = sampling_uniforms(torch.tensor(7), torch.tensor([0, 1]), torch.tensor([3, 3]), 5)
+    >>> u = sampling_uniforms(torch.tensor(7), torch.tensor([0, 1]), torch.tensor([3, 3]), token_hashes(5))
     >>> u.shape, bool((u > 0).all() and (u < 1).all()), bool((u[0] != u[1]).any())
     (torch.Size([2, 5]), True, True)
     """
     row = _mix32(_mix32((keys & _M32) ^ (seed & _M32)) ^ (positions & _M32))
-    col = (torch.arange(vocab, device=keys.device) * 0x9E3779B1) & _M32
-    h = _mix32(row[:, None] ^ col)
+    h = _mix32(row[:, None] ^ tokens)
     return ((h >> 8).float() + 0.5) / float(1 << 24)
 
 
 def gumbel_pick(logits: torch.Tensor, temperature: torch.Tensor, seed: torch.Tensor, keys: torch.Tensor,
-                positions: torch.Tensor) -> torch.Tensor:
-    """A sample of each row of ``softmax(logits / temperature)``: ``argmax(logits / T + Gumbel noise)``."""
-    u = sampling_uniforms(seed, keys, positions, logits.shape[-1])
+                positions: torch.Tensor, tokens: torch.Tensor | None = None) -> torch.Tensor:
+    """A sample of each row of ``softmax(logits / temperature)``: ``argmax(logits / T + Gumbel noise)``.
+
+    ``tokens``: ``token_hashes(vocab)`` made beforehand (a compiled caller must pass it).
+    """
+    if tokens is None:
+        tokens = token_hashes(logits.shape[-1], logits.device)
+    u = sampling_uniforms(seed, keys, positions, tokens)
     return (logits.float() / temperature - torch.log(-torch.log(u))).argmax(-1)
 
 
@@ -179,6 +194,7 @@ class StreamDecoder:
         self._gumbel = compiled(gumbel_pick) if on else gumbel_pick  # one fused kernel instead of ~15 passes
         self._seed_t = torch.tensor((seed ^ (seed >> 32)) & _M32, device=self.device)
         self._temp_t = torch.tensor(max(self.temperature, 1e-6), device=self.device)
+        self._tokens_t = token_hashes(target.config.vocab_size, self.device)
         self._cache: KVCache | None = None
         self._scratch: KVCache | None = None
         self._rows: _Rows | None = None
@@ -218,7 +234,7 @@ class StreamDecoder:
         """The next token after each row's ``positions``: argmax at temperature 0, else a Gumbel-max sample."""
         if self.temperature == 0:
             return logits.argmax(-1)
-        return self._gumbel(logits, self._temp_t, self._seed_t, keys, positions)
+        return self._gumbel(logits, self._temp_t, self._seed_t, keys, positions, self._tokens_t)
 
     def _step(self, cache: KVCache) -> None:
         """One decode step of every row, entirely on the device (the body of the CUDA graph)."""

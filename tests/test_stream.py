@@ -99,12 +99,12 @@ def test_gumbel_pick_samples_the_softmax():
 
 
 def test_sampling_uniforms_are_a_function_of_their_inputs():
-    from peagle_lab.stream import sampling_uniforms
+    from peagle_lab.stream import sampling_uniforms, token_hashes
 
-    keys, pos = torch.tensor([0, 1, 0]), torch.tensor([5, 5, 6])
-    u = sampling_uniforms(torch.tensor(3), keys, pos, 1000)
-    assert torch.equal(u, sampling_uniforms(torch.tensor(3), keys, pos, 1000))
-    assert not torch.equal(u, sampling_uniforms(torch.tensor(4), keys, pos, 1000))
+    keys, pos, tok = torch.tensor([0, 1, 0]), torch.tensor([5, 5, 6]), token_hashes(1000)
+    u = sampling_uniforms(torch.tensor(3), keys, pos, tok)
+    assert torch.equal(u, sampling_uniforms(torch.tensor(3), keys, pos, tok))
+    assert not torch.equal(u, sampling_uniforms(torch.tensor(4), keys, pos, tok))
     assert (u[0] != u[1]).float().mean() > 0.99 and (u[0] != u[2]).float().mean() > 0.99
     assert 0.45 < float(u.mean()) < 0.55 and float(u.min()) > 0 and float(u.max()) < 1
 
