@@ -111,7 +111,8 @@ class StreamStats:
     buckets: int = 0
     prefill_s: float = 0.0  # device time of the admissions (CUDA events; wall time on a CPU)
     decode_s: float = 0.0  # the rest of the loop's wall time
-    warmup_s: float = 0.0  # graph capture and first compilation (inside decode_s)
+    warmup_s: float = 0.0  # decode-graph capture and first compilation (inside decode_s)
+    prefill_warmup_s: float = 0.0  # prefill-graph capture and first compilation (inside prefill_s)
 
     @property
     def decode_tokens(self) -> int:
@@ -373,7 +374,7 @@ class StreamDecoder:
             torch.cuda.synchronize()
         stats.prefill_s = sum(timer.ms(a, b) for a, b in spans) / 1e3
         stats.decode_s = time.perf_counter() - t0 - stats.prefill_s
-        stats.warmup_s = self.warmup_s - warm0
+        stats.warmup_s = self.warmup_s - warm0 - stats.prefill_warmup_s
         stats.output_tokens = sum(len(t) for t in results if t is not None)
         return StreamResult(results, stats)
 
@@ -403,9 +404,10 @@ class StreamDecoder:
                     take = min(len(free), len(queue), self.c if direct else self._scratch.max_batch)
                     free.sort()
                     rows, free, reqs = free[:take], free[take:], [queue.popleft() for _ in range(take)]
-                    start = timer.mark()
+                    start, warm = timer.mark(), self.warmup_s
                     self._admit(cache, rows, reqs, prompts, limits, direct)
                     spans.append((start, timer.mark()))
+                    stats.prefill_warmup_s += self.warmup_s - warm
                     stats.prefills += 1
                     stats.requests += take
             busy = self.c - len(free)

@@ -209,7 +209,8 @@ def derive_seed(*parts) -> int:
     return int.from_bytes(hashlib.sha256(repr(parts).encode()).digest()[:8], "big") >> 2
 
 
-ENGINE_TIMES = ("prefills", "prefill_s", "decode_s", "warmup_s", "steps", "row_steps", "decode_tokens")
+ENGINE_TIMES = ("prefills", "prefill_s", "decode_s", "warmup_s", "prefill_warmup_s", "steps", "row_steps",
+                "decode_tokens")
 
 
 class Budget:
@@ -233,8 +234,9 @@ class Budget:
         """One decoding run's figures (``StreamStats`` of a ``StreamDecoder.generate``).
 
         ``row_steps`` counts rows holding an unfinished request, summed over decode steps, so
-        ``decode_tokens / row_steps`` is how busy the rows were; ``warmup_s`` (CUDA-graph capture,
-        first compilation) happens inside the decode time.
+        ``decode_tokens / row_steps`` is how busy the rows were; ``warmup_s`` (decode-graph capture,
+        first compilation) happens inside the decode time, ``prefill_warmup_s`` (prefill graphs) inside
+        the prefill time.
         """
         e = self.engine
         for k in ENGINE_TIMES:
