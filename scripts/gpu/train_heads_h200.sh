@@ -20,7 +20,8 @@
 # the same prompts; their weights stay out of the archive), DEPTH=1 (then scripts/gpu/depth_bench_h200.sh ranks
 # every exported peagle-<N>l head by throughput; its files land in $OUT too), SWEEP=1 (then the K sweep of the
 # README with the new heads → $OUT/sweep_bench.json; SWEEP_PEAGLE / SWEEP_EAGLE3 pick other heads, SWEEP_PREVIOUS
-# adds an earlier P-EAGLE head's cells, SWEEP_BUDGET_S its time budget (300), SWEEP_PROMPTS prompts a c = 1 cell (16)).
+# adds an earlier P-EAGLE head's cells, SWEEP_BUDGET_S its time budget (300), SWEEP_PROMPTS prompts a c = 1 cell (16),
+# SWEEP_EXTRA more bench flags, e.g. "--stop-at-eos").
 # TRAIN_EXTRA: more flags for every train run (a recipe experiment, e.g. "--cod-ratio-min 0.3": more deep COD elements).
 # SMOKE=1 DEVICE=cpu runs every stage on the tiny random target in a few minutes (checks this script).
 # Reassemble:  cat heads.tgz.part-* | tar -xzf -
@@ -192,10 +193,11 @@ if [ "${SWEEP:-0}" = 1 ] && [ "${SMOKE:-0}" != 1 ]; then  # the sweep needs the 
   first() { for d in "$@"; do [ -f "$d/config.json" ] && { echo "$d"; return; }; done; }
   SP=${SWEEP_PEAGLE:-$(first "$WORK"/ship/heads/peagle-*l)}
   SE=${SWEEP_EAGLE3:-$(first "$WORK"/ship/heads/eagle3-*l peagle_lab/heads/eagle3)}
-  # 16 prompts a cell at c = 1 (the bench's default is 4: in the fourth session's sweep code AL at K = 7 read 2.51
-  # on 4 prompts against 3.13 on the 164 of the evaluation, so a 4-prompt cell says little about a head)
+  # 16 prompts a cell at c = 1 (the bench's default is 4). Cells decode a fixed 128 tokens past EOS, the evaluation
+  # stops at EOS, so the sweep's code AL reads lower than the evaluation's (fifth session: 2.54 vs 3.33 at K = 7);
+  # SWEEP_EXTRA="--stop-at-eos" measures real response lengths instead.
   SWEEP_ARGS=(-k 2 3 4 5 7 -c 1 64 --workloads chat code --device "$DEVICE" --no-reference
-              --min-prompts "${SWEEP_PROMPTS:-16}" --time-budget-s "${SWEEP_BUDGET_S:-300}")
+              --min-prompts "${SWEEP_PROMPTS:-16}" --time-budget-s "${SWEEP_BUDGET_S:-300}" ${SWEEP_EXTRA:-})
   "$PY" -m peagle_lab.cli bench --methods baseline eagle3 peagle "${SWEEP_ARGS[@]}" --eagle3-head "$SE" \
     --peagle-head "$SP" --out "$WORK/sweep" > "$WORK/sweep.log" 2>&1 && cp "$WORK/sweep/bench.json" "$OUT/sweep_bench.json" \
     || echo "K sweep failed (the heads are packaged all the same)"
