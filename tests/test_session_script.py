@@ -22,17 +22,19 @@ REPO = Path(__file__).resolve().parents[1]
 def test_the_session_script_runs_every_stage_and_packages_the_heads(tmp_path):
     out, work = tmp_path / "out", tmp_path / "work"
     env = dict(os.environ, SMOKE="1", DEVICE="cpu", OUT=str(out), WORK=str(work), PYTHON=sys.executable,
-               OMP_NUM_THREADS="1", NGPU="1", TRAIN_BUDGET_S="12", TRAIN_EXTRA="--cod-ratio-min 0.3", SWEEP="1")
+               OMP_NUM_THREADS="1", NGPU="1", TRAIN_BUDGET_S="12", TRAIN_EXTRA="--cod-ratio-min 0.3", SWEEP="1",
+               RUNS="eagle3:1 peagle:1::--cod-ratio=0.6")  # the P-EAGLE run with flags of its own
     run = subprocess.run(["bash", "scripts/gpu/train_heads_h200.sh"], cwd=REPO, env=env, capture_output=True,
                          text=True, timeout=900)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     results = json.loads((out / "results.json").read_text())
-    assert set(results["heads"]) == {"eagle3-1l", "peagle-1l"}
+    assert set(results["heads"]) == {"eagle3-1l", "peagle-1l-cod-ratio-0.6"}  # a run with FLAGS is named after them
     assert set(results["stage_seconds"]) >= {"data", "train", "bench", "eval"}
     assert "sweep" not in results["stage_seconds"]  # SMOKE skips the sweep: it needs the real model
-    for name in ("eagle3-1l", "peagle-1l"):  # TRAIN_EXTRA reached every run
-        summary = json.loads((work / "runs" / name / "summary.json").read_text())
+    for name, cod_ratio in (("eagle3-1l", 0.7), ("peagle-1l-cod-ratio-0.6", 0.6)):  # TRAIN_EXTRA reached every run,
+        summary = json.loads((work / "runs" / name / "summary.json").read_text())  # the run's FLAGS only its own
         assert "--cod-ratio-min 0.3" in summary["command"] and summary["config"]["cod_ratio_min"] == 0.3
+        assert summary["config"]["cod_ratio"] == cod_ratio
     card = json.loads((work / "data" / "card.json").read_text())
     assert card["throughput"]["per_rank"][0]["phases"]["greedy"]["engine"]["prefills"] >= 1  # by StreamDecoder
     parts = sorted(out.glob("heads.tgz.part-*"))
@@ -40,4 +42,20 @@ def test_the_session_script_runs_every_stage_and_packages_the_heads(tmp_path):
     archive.write_bytes(b"".join(p.read_bytes() for p in parts))
     with tarfile.open(archive) as tar:
         names = tar.getnames()
-    assert any(n.endswith("peagle-1l/config.json") for n in names) and any(n.endswith(".safetensors") for n in names)
+    assert any(n.endswith("peagle-1l-cod-ratio-0.6/config.json") for n in names)
+    assert any(n.endswith(".safetensors") for n in names)
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+@pytest.mark.parametrize("runs,says", [
+    ("peagle:1 peagle:1", "two runs named peagle-1l"),
+    ("peagle:one", "layers 'one' in 'peagle:one' is not a positive integer"),
+    ("medusa:1", "unknown method 'medusa'"),
+])
+def test_a_bad_runs_spec_stops_the_session_before_the_data_stage(tmp_path, runs, says):
+    env = dict(os.environ, SMOKE="1", DEVICE="cpu", OUT=str(tmp_path / "out"), WORK=str(tmp_path / "work"),
+               PYTHON=sys.executable, NGPU="1", RUNS=runs)
+    run = subprocess.run(["bash", "scripts/gpu/train_heads_h200.sh"], cwd=REPO, env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert run.returncode == 2 and says in run.stdout
+    assert not (tmp_path / "work" / "data").exists()  # no device time spent on data

@@ -68,6 +68,23 @@ echo "### peagle_lab train_heads_h200.sh on $(hostname) at $(date -u +%FT%TZ): $
 "$PY" -c "import torch, sys; print('python', sys.version.split()[0], 'torch', torch.__version__, 'cuda', torch.version.cuda)"
 echo "commit ${PEAGLE_LAB_COMMIT:-$(git -C "$REPO" rev-parse HEAD 2>/dev/null || echo unknown)}"
 
+# RUNS: METHOD:LAYERS[:WARM_START_HEAD[:FLAGS]] each, parsed before the data stage so that a bad spec fails at
+# once; run i goes to GPU i mod NGPU, in waves of NGPU runs, every run alone on its GPU for TRAIN_BUDGET_S (the
+# fair protocol: the same GPU for the same time). FLAGS: train flags for this run alone, comma-separated (e.g.
+# "peagle:4:HEAD:--cod-ratio-min=0.3,--lr=5e-4", a recipe A/B beside "peagle:4:HEAD"); such a run is named after
+# them (peagle-4l-cod-ratio-min-0.3-lr-5e-4), so give the sweep its head with SWEEP_PEAGLE.
+read -r -a SPECS <<< "${RUNS:-eagle3:1${INIT_EAGLE3:+:$INIT_EAGLE3} peagle:${PEAGLE_LAYERS:-1}${INIT_PEAGLE:+:$INIT_PEAGLE}}"
+NAMES=(); METHODS=(); LAYERS=(); INITS=(); FLAGS=()
+for spec in "${SPECS[@]}"; do
+  IFS=: read -r m l init flags <<< "$spec"
+  case $m in eagle3|peagle) ;; *) echo "RUNS: unknown method '$m' in '$spec' (expected eagle3:N or peagle:N[:HEAD[:FLAGS]])"; exit 2 ;; esac
+  case $l in ''|*[!0-9]*|0) echo "RUNS: layers '$l' in '$spec' is not a positive integer"; exit 2 ;; esac
+  n="$m-${l}l"
+  [ -z "${flags:-}" ] || n="$n-$(echo "$flags" | tr -c 'A-Za-z0-9.\n' '-' | tr -s '-' | sed 's/^-//; s/-$//')"
+  for old in "${NAMES[@]}"; do [ "$old" = "$n" ] && { echo "RUNS: two runs named $n (give one of them FLAGS)"; exit 2; }; done
+  NAMES+=("$n"); METHODS+=("$m"); LAYERS+=("$l"); INITS+=("${init:-}"); FLAGS+=("${flags:-}")
+done
+
 # ---------------------------------------------------------------- 1 data (every GPU, torchrun)
 t=$SECONDS
 EXCL=()
@@ -84,15 +101,6 @@ t=$SECONDS
 COMMON=("${TGT[@]}" --device "$DEVICE" --batch-size "$BATCH" --row-len "$ROW_LEN" --draft-vocab-size $VOCAB --seed "$SEED")
 TRAIN=("${COMMON[@]}" --data "$WORK/data" --lr "$LR" --schedule wsd --warmup-fraction 0.03 --decay-fraction 0.25
        --log-every 50 --ckpt-every 500 --eval-every 250 --heldout-rows 32 --no-eval --no-progress)
-# RUNS: METHOD:LAYERS[:WARM_START_HEAD] each; run i goes to GPU i mod NGPU, in waves of NGPU runs,
-# every run alone on its GPU for TRAIN_BUDGET_S (the fair protocol: the same GPU for the same time).
-read -r -a SPECS <<< "${RUNS:-eagle3:1${INIT_EAGLE3:+:$INIT_EAGLE3} peagle:${PEAGLE_LAYERS:-1}${INIT_PEAGLE:+:$INIT_PEAGLE}}"
-NAMES=(); METHODS=(); LAYERS=(); INITS=()
-for spec in "${SPECS[@]}"; do
-  IFS=: read -r m l init <<< "$spec"
-  case $m in eagle3|peagle) ;; *) echo "RUNS: unknown method '$m' in '$spec' (expected eagle3:N or peagle:N[:HEAD])"; exit 2 ;; esac
-  NAMES+=("$m-${l}l"); METHODS+=("$m"); LAYERS+=("$l"); INITS+=("${init:-}")
-done
 waves() {  # waves FUNCTION: FUNCTION INDEX GPU for every run, NGPU at a time; fails if any failed
   local rc=0 i j pids
   for ((i = 0; i < ${#NAMES[@]}; i += NGPU)); do
@@ -106,7 +114,8 @@ train_one() {  # train_one INDEX GPU
   local n=${NAMES[$1]}
   CUDA_VISIBLE_DEVICES=$(gpu "$2") TORCH_LOGS=recompiles "$PY" -m peagle_lab.train.cli train --method "${METHODS[$1]}" \
     --layers "${LAYERS[$1]}" ${INITS[$1]:+--init-from "${INITS[$1]}"} --out "$WORK/runs/$n" "${TRAIN[@]}" \
-    --time-budget-s "$TRAIN_BUDGET_S" ${TRAIN_EXTRA:-} > "$WORK/train-$n.log" 2>&1 || { echo "training $n failed"; return 1; }
+    --time-budget-s "$TRAIN_BUDGET_S" ${TRAIN_EXTRA:-} ${FLAGS[$1]//,/ } > "$WORK/train-$n.log" 2>&1 \
+    || { echo "training $n failed"; return 1; }
 }
 FAIL=0; waves train_one || FAIL=1
 # EVAL_HEADS: earlier heads join the evaluation as run folders of their own (head/ + their summary.json).
