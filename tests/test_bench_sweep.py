@@ -9,9 +9,10 @@ import pytest
 
 from peagle_lab.bench.cli import main as bench_main
 from peagle_lab.bench.schema import read_json
-from peagle_lab.bench.sweep import Cell, SweepConfig, cell_row, plan_cells, run_sweep
+from peagle_lab.bench.sweep import Cell, SweepConfig, cell_row, measure_cell, plan_cells, run_sweep
 from peagle_lab.bench.workloads import HashTokenizer, load_workload
-from peagle_lab.engine import GenerationResult, Metrics, StepTrace
+from peagle_lab.config import SpecConfig
+from peagle_lab.engine import GenerationResult, Metrics, SpecDecoder, StepTrace
 from peagle_lab.testing import tiny_drafter, tiny_target
 
 RUN_INFO = {"device": "test", "torch": "x", "command": "x", "commit": None, "date": "x"}
@@ -127,3 +128,28 @@ def test_cli_reports_bad_flags_in_one_line(tmp_path, capsys):
     assert bench_main(["--tiny", "-k", "0", "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("bench: error:") and "K=0" in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("method,k", [("baseline", 0), ("peagle", 2)])
+def test_every_batch_of_a_cell_is_warmed_before_it_is_timed_for_every_method(method, k):
+    # A prompt shape's first prefill is slow; warming only some batches timed plain decoding's
+    # other prefills cold while the speculative cells ran warm (an unfair baseline).
+    target = tiny_target()
+    engine = SpecDecoder(target, tiny_drafter(target, method) if k else None,
+                         SpecConfig(method=method, num_speculative_tokens=max(k, 1)))
+    calls = []
+    real = engine.generate
+
+    def spy(batch, **kw):
+        calls.append((tuple(map(tuple, batch)), kw["max_new_tokens"]))
+        return real(batch, **kw)
+
+    engine.generate = spy
+    prompts = load_workload("chat", 3, tokenizer=HashTokenizer(target.config.vocab_size))
+    cfg = SweepConfig(max_new_tokens=12, min_prompts=3)
+    row, _ = measure_cell(engine, Cell("chat", method, k, 1), prompts, cfg)
+    batches = [(tuple(p.token_ids),) for p in prompts[:3]]
+    warm, timed = calls[:3], calls[3:]
+    assert [b for b, _ in warm] == batches and all(n < 12 for _, n in warm)  # short, untimed
+    assert [b for b, _ in timed] == batches and all(n == 12 for _, n in timed)
+    assert row.num_prompts == 3

@@ -163,9 +163,11 @@ def measure_cell(engine: SpecDecoder, cell: Cell, prompts: list[Prompt],
     ids = [list(p.token_ids) for p in prompts[: cfg.num_prompts(c)]]
     batches = [ids[i: i + c] for i in range(0, len(ids), c)]
     eos = () if cfg.ignore_eos else None
-    # Speculative methods capture a drafter graph per prefill length, so warm every batch;
-    # plain decoding only needs the decode-step graph of shape [c, 1].
-    for batch in batches if cell.k else batches[:1]:
+    # Every batch is warmed, for every method: speculative methods capture a drafter graph per
+    # prefill length, and a prompt shape's first eager prefill is slow for any method. Plain
+    # decoding once warmed only its first batch, so at c = 1 its other prefills ran cold: 50-54 ms
+    # a request on the H200 against 22-25 ms for the warmed speculative cells (7202c8c K sweep).
+    for batch in batches:
         engine.generate(batch, max_new_tokens=min(2 * cell.k + 4, cfg.max_new_tokens), eos_token_ids=eos)
     results = [engine.generate(b, max_new_tokens=cfg.max_new_tokens, eos_token_ids=eos) for b in batches]
     row = cell_row(cell, results, cfg)
