@@ -36,6 +36,9 @@ class SpecConfig:
     seed: int = 0  # the sampling generator's seed (temperature > 0)
     kernel_backend: str = "auto"  # draft-input kernels: Triton on CUDA, PyTorch on CPU
     cuda_graphs: bool = True  # capture target and drafter forwards per shape on CUDA
+    # the target's prefill at widths padded to a multiple of 64, replayed as one CUDA graph per
+    # shape (with cuda_graphs, on CUDA; elsewhere only the padding): off until measured on a GPU
+    prefill_graphs: bool = False
     # torch.compile the decode-step forwards (target and drafter): "auto" (on CUDA), "on" or "off"
     compile: str = "auto"
 
@@ -48,8 +51,9 @@ class SpecConfig:
         check_int("max_new_tokens", self.max_new_tokens, 1, 1 << 20)
         check_int("seed", self.seed, 0)
         check_choice("kernel_backend", self.kernel_backend, BACKENDS)
-        if not isinstance(self.cuda_graphs, bool):
-            raise ValueError(f"cuda_graphs={self.cuda_graphs!r} must be True or False")
+        for name in ("cuda_graphs", "prefill_graphs"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name}={getattr(self, name)!r} must be True or False")
         check_choice("compile", self.compile, COMPILE_MODES)
 
     @property

@@ -149,6 +149,7 @@ def capture_graph(fn, pool=None):
 
 
 KV_BLOCK_ALIGN = 64  # positions; see SpecDecoder._caches
+PREFILL_ALIGN = 64  # padded prefill widths are a multiple of this (SpecDecoder._prefill, StreamDecoder)
 
 
 @functools.cache
@@ -242,6 +243,7 @@ class SpecDecoder:
         # at 087f672, c = 1: 25-40 ms a request against 18-25 ms eager at f2401ec).
         self._layer_fn = compiled(call_layer) if self.compiled else None
         self._graphs = CudaGraphs()
+        self._prefill_graphs = CudaGraphs()  # SpecConfig.prefill_graphs: one per padded prompt shape
         self._cache_t = self._cache_d = None
         # How many times the KV caches were allocated: a soak test's proof that they are reused
         # (a freed and reallocated cache can land at the same address, so pointers cannot tell).
@@ -260,7 +262,7 @@ class SpecDecoder:
     @property
     def warmup_s(self) -> float:
         """Seconds spent compiling, warming up and capturing CUDA graphs so far (0 without graphs)."""
-        return self._graphs.warmup_s
+        return self._graphs.warmup_s + self._prefill_graphs.warmup_s
 
     def cache_tensors(self) -> list[torch.Tensor]:
         """Every K/V tensor of the target's and the drafter's caches (none before the first use)."""
@@ -278,6 +280,7 @@ class SpecDecoder:
         cur = self._cache_t
         if cur is None or c > cur.max_batch or max_len > cur.max_len:
             self._graphs.graphs.clear()  # they point at the old caches
+            self._prefill_graphs.graphs.clear()
             self._cache_t = self._cache_d = None
             if self.device.type == "cuda":
                 torch.cuda.empty_cache()
@@ -322,6 +325,34 @@ class SpecDecoder:
         logits, taps = self._target(vids, vpos, vslots, cache)
         return _verified(logits, taps, vids, vpos, st.draft, st.start, st.active, cfg.temperature, gen,
                          cfg.kernel_backend)
+
+    def _prefill(self, ids: torch.Tensor, pos: torch.Tensor, lens: torch.Tensor, cache, max_len: int,
+                 taps: bool) -> step.TargetOutput:
+        """The target over the padded prompts (``step.prefill``); with ``prefill_graphs``, at a padded shape.
+
+        The width is padded to a multiple of ``PREFILL_ALIGN`` (the padding writes no KV and
+        no query reads it), so a handful of shapes covers every prompt length, and on CUDA each
+        replays as one graph instead of launching every layer's kernels from Python: an eager
+        prefill costs about the same 20 ms at c = 1 and at c = 64 on the H200, so its launches,
+        not its arithmetic, set its time. Prompts long enough to be prefilled in chunks stay eager.
+        """
+        c, T = ids.shape
+        tb = min(-(-T // PREFILL_ALIGN) * PREFILL_ALIGN, max_len)
+        if not self.config.prefill_graphs or tb > max(1, step.PREFILL_CHUNK_TOKENS // c):
+            return step.prefill(self.target, ids, pos, lens, cache, max_len, taps=taps)
+        ids = torch.nn.functional.pad(ids, (0, tb - T))
+
+        def fn(ids, lens):  # positions made inside, so a captured graph owns them
+            pos = torch.arange(ids.shape[1], device=ids.device).expand_as(ids)
+            return step.prefill(self.target, ids, pos, lens, cache, max_len, taps=taps)
+
+        if self.use_graphs:
+            if self._prefill_graphs.pool is None:
+                self._prefill_graphs.pool = torch.cuda.graph_pool_handle()  # one pool for every shape
+            out = self._prefill_graphs.run(("prefill", c, tb, max_len, taps), fn, ids, lens)
+        else:
+            out = fn(ids, lens)
+        return step.TargetOutput(out.logits, out.taps[:, :T] if taps else None, out.hidden[:, :T])
 
     def _drafter_forward(self, cache, ids, hidden, pos, slots, rows):
         if not self.use_graphs:
@@ -404,7 +435,7 @@ class SpecDecoder:
 
         t0 = time.perf_counter()
         ids, pos, lens = step.pad_prompts(prompts, dev)
-        out = step.prefill(self.target, ids, pos, lens, cache_t, max_len, taps=K > 0)
+        out = self._prefill(ids, pos, lens, cache_t, max_len, K > 0)
         nxt = step.sample(out.logits[:, 0], cfg.temperature, gen)
         draft = self._draft(cache_d, out.taps, ids, pos, lens - 1, nxt, max_len, gen)[0] if K else None
         outputs = [[t] for t in nxt.tolist()]

@@ -43,13 +43,13 @@ import torch
 
 from . import step
 from .config import check_int
-from .engine import KV_BLOCK_ALIGN, CudaGraphs, Timer, capture_graph, check_eos, check_prompts, compiled
+from .engine import (KV_BLOCK_ALIGN, PREFILL_ALIGN, CudaGraphs, Timer, capture_graph, check_eos, check_prompts,
+                     compiled)
 from .models.llama import KVCache, LlamaModel, call_layer, fuse_projections
 
 __all__ = ["StreamDecoder", "StreamResult", "StreamStats", "sampling_uniforms", "gumbel_pick", "token_hashes"]
 
 EOS_SLOTS = 8  # end-of-sequence ids the device state holds (padded with -1, which no token equals)
-PREFILL_ALIGN = 64  # prefill widths are padded to a multiple of this (one CUDA graph per padded shape)
 _M32 = 0xFFFFFFFF
 
 

@@ -42,6 +42,7 @@ def target():
     (dict(seed=-1), r"seed=-1 is out of range"),
     (dict(kernel_backend="cuda"), r"kernel_backend='cuda' is not one of 'auto', 'torch', 'triton'"),
     (dict(cuda_graphs="no"), r"cuda_graphs='no' must be True or False"),
+    (dict(prefill_graphs=1), r"prefill_graphs=1 must be True or False"),
     (dict(method=None), r"method=None is not one of"),
 ])
 def test_spec_config_wrong_types(kwargs, message):

@@ -43,6 +43,18 @@ def test_graphs_and_eager_agree():
 
 
 @pytest.mark.parametrize("method", ["baseline", "eagle3", "peagle"])
+def test_graphed_prefill_is_lossless_and_captured_once_per_shape(method):
+    t = cuda_target()
+    d = None if method == "baseline" else tiny_drafter(t, method)
+    engine = SpecDecoder(t, d, SpecConfig(method=method, num_speculative_tokens=4, max_new_tokens=32,
+                                          prefill_graphs=True))
+    base = decode(t, None, "baseline").tokens
+    assert engine.generate(PROMPTS).tokens == base
+    assert engine.generate(PROMPTS[::-1]).tokens == base[::-1]  # the same shape replays with new prompts
+    assert len(engine._prefill_graphs.graphs) == 1
+
+
+@pytest.mark.parametrize("method", ["baseline", "eagle3", "peagle"])
 def test_compiled_and_eager_steps_agree_in_float32(method):
     t = cuda_target()
     d = None if method == "baseline" else tiny_drafter(t, method)

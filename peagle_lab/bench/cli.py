@@ -67,6 +67,8 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--reference-workloads", nargs="+", choices=WORKLOADS, help="default: chat code")
     p.add_argument("--reference-concurrency", nargs="+", type=int, metavar="C", help="default: 1")
     p.add_argument("--no-cuda-graphs", action="store_true")
+    p.add_argument("--prefill-graphs", action="store_true",
+                   help="prefill at padded widths, one CUDA graph per shape (SpecConfig.prefill_graphs)")
     p.add_argument("--compile", choices=COMPILE_MODES,
                    help="torch.compile the decode step (default auto: on CUDA)")
     p.add_argument("--kernel-backend", choices=["auto", "torch", "triton"],
@@ -101,6 +103,8 @@ def sweep_config(args) -> SweepConfig:
         values["reference"] = False
     if args.no_cuda_graphs:
         values["cuda_graphs"] = False
+    if args.prefill_graphs:
+        values["prefill_graphs"] = True
     return SweepConfig(**values)
 
 

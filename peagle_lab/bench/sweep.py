@@ -53,6 +53,7 @@ class SweepConfig:
     ignore_eos: bool = True  # fixed output length (like vLLM's --ignore-eos), so cells compare
     seed: int = 0  # prompt selection and sampling
     cuda_graphs: bool = True
+    prefill_graphs: bool = False  # SpecConfig.prefill_graphs (measure it against the eager prefill)
     compile: str = "auto"  # torch.compile the decode step: "auto" (on CUDA), "on" or "off"
     kernel_backend: str = "auto"  # draft-batch kernels: "auto" (Triton on CUDA), "torch" or "triton"
     max_batch_tokens: int | None = None  # skip cells whose KV block c·(prompt + new) exceeds this
@@ -278,6 +279,7 @@ def _cell(target, drafters: dict, cell: Cell, prompts: list[Prompt], cfg: SweepC
         return None, [], f"time budget of {cfg.time_budget_s:.0f} s used up"
     spec = SpecConfig(method=cell.method, num_speculative_tokens=max(k, 1), temperature=cfg.temperature,
                       max_new_tokens=cfg.max_new_tokens, seed=cfg.seed, cuda_graphs=cfg.cuda_graphs,
+                      prefill_graphs=cfg.prefill_graphs,
                       compile=cfg.compile, kernel_backend=cfg.kernel_backend)
     engine = SpecDecoder(target, drafters.get(cell.method), spec)
     try:
