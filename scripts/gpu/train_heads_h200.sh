@@ -12,8 +12,8 @@
 #
 # Needs $OUT and the converted model ($PEAGLE_LAB_CACHE/models/SmolLM2-135M-Instruct; see
 # scripts/gpu/stage_h200.sh). Knobs (environment): PYTHON, WORK, SEED, DATA_TOKENS (40000000),
-# DATA_BUDGET_S (220), TRAIN_BUDGET_S (450, per run), NUM_MAGPIE (160000: with continuous batching 48000 ran out
-# in under 4 minutes), ROW_LEN (2048), BATCH (16 rows a
+# DATA_BUDGET_S (220), TRAIN_BUDGET_S (450, per run), NUM_MAGPIE (400 × GPUs × DATA_BUDGET_S: 160000 for one GPU and
+# 400 s, which the fifth session decoded in 393 s), ROW_LEN (2048), BATCH (16 rows a
 # GPU), LR (1e-3), RUNS ("METHOD:LAYERS[:WARM_START_HEAD] ...", e.g. "eagle3:1:peagle_lab/heads/eagle3 peagle:4
 # peagle:2"; PEAGLE_LAYERS / INIT_EAGLE3 / INIT_PEAGLE shape the default), EVAL_KS, SKIP_BENCH=1, SKIP_DATA=1,
 # EVAL_HEADS ("NAME=HEAD_DIR ...": heads trained before, e.g. the shipped ones, evaluated beside the new runs on
@@ -43,13 +43,16 @@ else
   CACHE=${PEAGLE_LAB_CACHE:?set PEAGLE_LAB_CACHE (the converted model lives in \$PEAGLE_LAB_CACHE/models)}
   MODEL=${MODEL:-$CACHE/models/SmolLM2-135M-Instruct}
   [ -f "$MODEL/config.json" ] || { echo "no model folder at $MODEL (source scripts/gpu/stage_h200.sh first)"; exit 2; }
-  TGT=(--model "$MODEL"); DATA=(--num-magpie ${NUM_MAGPIE:-160000} --max-code-prompts 4096 --max-math-prompts 8000
+  DATA_TOKENS=${DATA_TOKENS:-40000000}; DATA_BUDGET_S=${DATA_BUDGET_S:-220}; TRAIN_BUDGET_S=${TRAIN_BUDGET_S:-450}
+  NGPU=$(nvidia-smi -L | wc -l)
+  # Magpie samples for the budget: 160k fed one H200 for 393 s of a 400 s budget (fifth session), and the
+  # generator's throughput grows with the GPUs, so 400 per GPU-second of budget
+  NUM_MAGPIE=${NUM_MAGPIE:-$((400 * NGPU * DATA_BUDGET_S))}
+  TGT=(--model "$MODEL"); DATA=(--num-magpie "$NUM_MAGPIE" --max-code-prompts 4096 --max-math-prompts 8000
                                --max-writing-prompts 8000 --response-max-tokens 320 --concurrency 1024
                                --heldout-fraction 0.01)
-  DATA_TOKENS=${DATA_TOKENS:-40000000}; DATA_BUDGET_S=${DATA_BUDGET_S:-220}; TRAIN_BUDGET_S=${TRAIN_BUDGET_S:-450}
   ROW_LEN=${ROW_LEN:-2048}; BATCH=${BATCH:-16}; VOCAB=8192; EVAL=(--eval-prompts 96 --eval-max-new-tokens 128
   --concurrency 96); WL=(--workloads chat,code); EVAL_KS=${EVAL_KS:-1,2,3,4,5,6,7,8}; BENCH_STEPS=4
-  NGPU=$(nvidia-smi -L | wc -l)
 fi
 LR=${LR:-1e-3}
 export PYTHONPATH=$REPO${PYTHONPATH:+:$PYTHONPATH} PEAGLE_LAB_OFFLINE=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
