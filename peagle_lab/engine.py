@@ -150,6 +150,7 @@ def capture_graph(fn, pool=None):
 
 KV_BLOCK_ALIGN = 64  # positions; see SpecDecoder._caches
 PREFILL_ALIGN = 64  # padded prefill widths are a multiple of this (SpecDecoder._prefill, StreamDecoder)
+PREFILL_GRAPH_TOKENS = 16384  # SpecConfig.prefill_graphs: c × padded width at most; longer prefills stay eager
 
 
 @functools.cache
@@ -281,6 +282,7 @@ class SpecDecoder:
         if cur is None or c > cur.max_batch or max_len > cur.max_len:
             self._graphs.graphs.clear()  # they point at the old caches
             self._prefill_graphs.graphs.clear()
+            self._prefill_graphs.pool = None  # a fresh pool with the new caches (as StreamDecoder does)
             self._cache_t = self._cache_d = None
             if self.device.type == "cuda":
                 torch.cuda.empty_cache()
@@ -334,25 +336,27 @@ class SpecDecoder:
         no query reads it), so a handful of shapes covers every prompt length, and on CUDA each
         replays as one graph instead of launching every layer's kernels from Python: an eager
         prefill costs about the same 20 ms at c = 1 and at c = 64 on the H200, so its launches,
-        not its arithmetic, set its time. Prompts long enough to be prefilled in chunks stay eager.
+        not its arithmetic, set its time. Prefills over ``PREFILL_GRAPH_TOKENS`` tokens are
+        compute-bound and stay eager (each graph keeps its taps, c × width × 3H, allocated).
         """
         c, T = ids.shape
         tb = min(-(-T // PREFILL_ALIGN) * PREFILL_ALIGN, max_len)
-        if not self.config.prefill_graphs or tb > max(1, step.PREFILL_CHUNK_TOKENS // c):
+        if not self.config.prefill_graphs or c * tb > min(PREFILL_GRAPH_TOKENS, step.PREFILL_CHUNK_TOKENS):
             return step.prefill(self.target, ids, pos, lens, cache, max_len, taps=taps)
         ids = torch.nn.functional.pad(ids, (0, tb - T))
 
         def fn(ids, lens):  # positions made inside, so a captured graph owns them
             pos = torch.arange(ids.shape[1], device=ids.device).expand_as(ids)
-            return step.prefill(self.target, ids, pos, lens, cache, max_len, taps=taps)
+            out = step.prefill(self.target, ids, pos, lens, cache, max_len, taps=taps)
+            return out.logits, out.taps  # the graph keeps what it returns: not the hidden states
 
         if self.use_graphs:
             if self._prefill_graphs.pool is None:
                 self._prefill_graphs.pool = torch.cuda.graph_pool_handle()  # one pool for every shape
-            out = self._prefill_graphs.run(("prefill", c, tb, max_len, taps), fn, ids, lens)
+            logits, tap = self._prefill_graphs.run(("prefill", c, tb, max_len, taps), fn, ids, lens)
         else:
-            out = fn(ids, lens)
-        return step.TargetOutput(out.logits, out.taps[:, :T] if taps else None, out.hidden[:, :T])
+            logits, tap = fn(ids, lens)
+        return step.TargetOutput(logits, tap[:, :T] if taps else None, None)
 
     def _drafter_forward(self, cache, ids, hidden, pos, slots, rows):
         if not self.use_graphs:

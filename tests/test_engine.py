@@ -39,14 +39,14 @@ def test_lossless_with_random_drafters(target, baseline, method, k, c, layers):
 
 
 @pytest.mark.parametrize("method", ["baseline", "eagle3", "peagle"])
-@pytest.mark.parametrize("chunk_tokens", [None, 64])
-def test_padded_prefill_is_lossless(target, baseline, method, chunk_tokens, monkeypatch):
+@pytest.mark.parametrize("graph_tokens", [None, 64])
+def test_padded_prefill_is_lossless(target, baseline, method, graph_tokens, monkeypatch):
     # SpecConfig.prefill_graphs pads the prompts' width to a multiple of 64 (on CUDA, to replay one graph per
-    # shape; here the padding alone). With chunk_tokens=64 the padded width needs chunks, so it stays eager.
+    # shape; here the padding alone). Over PREFILL_GRAPH_TOKENS (c x padded width) the prefill stays eager.
     from peagle_lab import engine as engine_mod, step
 
-    if chunk_tokens:
-        monkeypatch.setattr(step, "PREFILL_CHUNK_TOKENS", chunk_tokens)
+    if graph_tokens:
+        monkeypatch.setattr(engine_mod, "PREFILL_GRAPH_TOKENS", graph_tokens)
     widths = []
     real = step.prefill
     monkeypatch.setattr(step, "prefill", lambda t, ids, *a, **kw: widths.append(ids.shape[1]) or real(t, ids, *a, **kw))
@@ -54,7 +54,7 @@ def test_padded_prefill_is_lossless(target, baseline, method, chunk_tokens, monk
     got = run(target, drafter, method, 4, prefill_graphs=True)
     assert got.tokens == baseline[3]
     padded = -(-max(map(len, PROMPTS)) // engine_mod.PREFILL_ALIGN) * engine_mod.PREFILL_ALIGN
-    assert widths == [max(map(len, PROMPTS)) if chunk_tokens else padded]
+    assert widths == [max(map(len, PROMPTS)) if graph_tokens else padded]
 
 
 @pytest.mark.parametrize("backend", ["torch", "triton"])

@@ -437,7 +437,7 @@ def fuse_projections(module: nn.Module) -> int:
 class TargetOutput:
     logits: torch.Tensor | None  # [c, T, V] float32
     taps: torch.Tensor | None  # [c, T, len(aux_layer_ids) * H]
-    hidden: torch.Tensor  # [c, T, H] final-normed hidden states
+    hidden: torch.Tensor | None  # [c, T, H] final-normed hidden states (None from SpecDecoder's graphed prefill)
 
 
 class LlamaModel(nn.Module):
