@@ -153,6 +153,15 @@ PREFILL_ALIGN = 64  # padded prefill widths are a multiple of this (SpecDecoder.
 PREFILL_GRAPH_TOKENS = 16384  # SpecConfig.prefill_graphs: c × padded width at most; longer prefills stay eager
 
 
+def padded_prefill_width(width: int, max_len: int) -> int:
+    """``width`` rounded up to a multiple of ``PREFILL_ALIGN``, at most ``max_len``: a graphed prefill's shape.
+
+    >>> padded_prefill_width(9, 256), padded_prefill_width(64, 256), padded_prefill_width(250, 256)
+    (64, 64, 256)
+    """
+    return min(-(-width // PREFILL_ALIGN) * PREFILL_ALIGN, max_len)
+
+
 @functools.cache
 def compiled(fn):
     """``fn`` under ``torch.compile`` with symbolic sizes, once per process for every engine.
@@ -340,7 +349,7 @@ class SpecDecoder:
         compute-bound and stay eager (each graph keeps its taps, c × width × 3H, allocated).
         """
         c, T = ids.shape
-        tb = min(-(-T // PREFILL_ALIGN) * PREFILL_ALIGN, max_len)
+        tb = padded_prefill_width(T, max_len)
         if not self.config.prefill_graphs or c * tb > min(PREFILL_GRAPH_TOKENS, step.PREFILL_CHUNK_TOKENS):
             return step.prefill(self.target, ids, pos, lens, cache, max_len, taps=taps)
         ids = torch.nn.functional.pad(ids, (0, tb - T))

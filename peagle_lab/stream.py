@@ -43,8 +43,8 @@ import torch
 
 from . import step
 from .config import check_int
-from .engine import (KV_BLOCK_ALIGN, PREFILL_ALIGN, CudaGraphs, Timer, capture_graph, check_eos, check_prompts,
-                     compiled)
+from .engine import (KV_BLOCK_ALIGN, CudaGraphs, Timer, capture_graph, check_eos, check_prompts, compiled,
+                     padded_prefill_width)
 from .models.llama import KVCache, LlamaModel, call_layer, fuse_projections
 
 __all__ = ["StreamDecoder", "StreamResult", "StreamStats", "sampling_uniforms", "gumbel_pick", "token_hashes"]
@@ -280,7 +280,7 @@ class StreamDecoder:
         # rows: a power of two, at least refill_at's (few shapes, so few graphs to capture)
         nb = min(cap, 1 << max(0, max(n, self.refill_at) - 1).bit_length())
         width = max(len(prompts[q]) for q in reqs)
-        tb = min(-(-width // PREFILL_ALIGN) * PREFILL_ALIGN, cache.max_len)
+        tb = padded_prefill_width(width, cache.max_len)
         pad = [0] * tb
         ids = torch.tensor([(prompts[q] + pad)[:tb] for q in reqs] + [pad] * (nb - n), device=dev)
         lens = torch.tensor([len(prompts[q]) for q in reqs] + [1] * (nb - n), device=dev)

@@ -30,7 +30,6 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from peagle_lab.config import SpecConfig
 from peagle_lab.engine import SpecDecoder
-from peagle_lab.models.llama import LlamaConfig
 from peagle_lab.provenance import run_info
 from peagle_lab.testing import random_smollm2
 
@@ -51,8 +50,9 @@ def attention_kernels(engine: SpecDecoder, prompt: list[int]) -> list[str]:
     return sorted(n for n in names if any(w in n.lower() for w in ("attention", "fmha", "cudnn", "flash", "sdpa")))
 
 
-def run(mode: str, widths: list[int], vocab: int, seed: int) -> dict:
+def run(mode: str, widths: list[int], seed: int) -> dict:
     target = random_smollm2()
+    vocab = target.config.vocab_size
     engine = SpecDecoder(target, None, SpecConfig(method="baseline", max_new_tokens=1,
                                                   prefill_graphs=mode == "prefill_graphs"))
     rng = random.Random(seed)
@@ -86,10 +86,9 @@ def main(argv=None) -> int:
     if min(args.widths) < 2:
         print(f"prefill_cold_gpu.py: --widths {args.widths}: every width must be at least 2", file=sys.stderr)
         return 2
-    vocab = LlamaConfig().vocab_size
     # each mode gets widths of its own (shifted by its index): a per-shape cache that one mode filled
     # (cuDNN's plans are kept per process) must not make the next mode's cold calls warm
-    results = [run(m, [w + i for w in args.widths], vocab, args.seed) for i, m in enumerate(args.modes)]
+    results = [run(m, [w + i for w in args.widths], args.seed) for i, m in enumerate(args.modes)]
     doc = {**run_info("python scripts/gpu/prefill_cold_gpu.py " + shlex.join(argv or sys.argv[1:])),
            "target": "SmolLM2-135M shape, random weights, bf16", "results": results}
     if args.out:
