@@ -37,8 +37,9 @@ class SpecConfig:
     kernel_backend: str = "auto"  # draft-input kernels: Triton on CUDA, PyTorch on CPU
     cuda_graphs: bool = True  # capture target and drafter forwards per shape on CUDA
     # the target's prefill at widths padded to a multiple of 64, replayed as one CUDA graph per
-    # shape (with cuda_graphs, on CUDA; elsewhere only the padding): off until measured on a GPU
-    prefill_graphs: bool = False
+    # shape: "auto" where CUDA graphs run (on CUDA with cuda_graphs), True also pads elsewhere
+    # (lossless; for tests), False keeps every prefill eager
+    prefill_graphs: bool | str = "auto"
     # torch.compile the decode-step forwards (target and drafter): "auto" (on CUDA), "on" or "off"
     compile: str = "auto"
 
@@ -51,9 +52,10 @@ class SpecConfig:
         check_int("max_new_tokens", self.max_new_tokens, 1, 1 << 20)
         check_int("seed", self.seed, 0)
         check_choice("kernel_backend", self.kernel_backend, BACKENDS)
-        for name in ("cuda_graphs", "prefill_graphs"):
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"{name}={getattr(self, name)!r} must be True or False")
+        if not isinstance(self.cuda_graphs, bool):
+            raise ValueError(f"cuda_graphs={self.cuda_graphs!r} must be True or False")
+        if not isinstance(self.prefill_graphs, bool) and self.prefill_graphs != "auto":
+            raise ValueError(f"prefill_graphs={self.prefill_graphs!r} must be True, False or 'auto'")
         check_choice("compile", self.compile, COMPILE_MODES)
 
     @property
@@ -87,6 +89,9 @@ class DrafterConfig:
     aux_layer_ids: tuple[int, ...] = (2, 15, 27)  # target taps (hidden_states[k]); fc input is len * H
     norm_before_residual: bool = False  # EAGLE-3 first layer: residual taken before hidden_norm
     mask_token_id: int | None = None  # P-EAGLE: the id whose slots get the learned mask embedding
+    # Drafting attends to the last sliding_window positions only (None: all). Heads trained on short
+    # sequences lose their deep drafts over long prompts; a window keeps attention in the trained range.
+    sliding_window: int | None = None
     target_model_type: str = "llama"
     extra: dict = field(default_factory=dict, compare=False, repr=False)
 
@@ -101,6 +106,8 @@ class DrafterConfig:
             raise ValueError("aux_layer_ids must name at least one target layer")
         for layer in self.aux_layer_ids:
             check_int("aux_layer_ids entry", layer, 0)
+        if self.sliding_window is not None:
+            check_int("sliding_window", self.sliding_window, 1)
         if self.method == "peagle":
             if self.mask_token_id is None:
                 raise ValueError("a peagle drafter needs mask_token_id (an id in [0, vocab_size))")

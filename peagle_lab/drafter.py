@@ -153,7 +153,8 @@ class Drafter(nn.Module):
             hidden: slot hidden states, already fc-projected (H wide).  # [c, T, H]
             positions: slot positions.  # [c, T]
             cache / slot_mapping: the drafter's own KV cache and where to write (-1: nowhere).
-            attn_mask: an explicit boolean mask [c, 1, T, S] (training), else causal by position.
+            attn_mask: an explicit boolean mask [c, 1, T, S] (training), else causal by position
+                within ``config.sliding_window``.
             logits_rows: [c, m] slot indices to compute logits for (default: all T).
             layer_fn: runs each layer (the engine passes a compiled ``call_layer``).
 
@@ -163,7 +164,7 @@ class Drafter(nn.Module):
         if hidden.shape[:2] != input_ids.shape or hidden.shape[-1] != self.config.hidden_size:
             raise ValueError(f"hidden {tuple(hidden.shape)} must be [c, T, {self.config.hidden_size}] "
                              f"for input_ids {tuple(input_ids.shape)}")
-        ctx = make_context(positions, cache, slot_mapping, attn_mask)
+        ctx = make_context(positions, cache, slot_mapping, attn_mask, window=self.config.sliding_window)
         if self._inv_freq.device != positions.device:
             self._inv_freq = self._inv_freq.to(positions.device)
         cos, sin = rope_cos_sin(self._inv_freq, positions, self.dtype)

@@ -350,7 +350,8 @@ class SpecDecoder:
         """
         c, T = ids.shape
         tb = padded_prefill_width(T, max_len)
-        if not self.config.prefill_graphs or c * tb > min(PREFILL_GRAPH_TOKENS, step.PREFILL_CHUNK_TOKENS):
+        padded = self.use_graphs if self.config.prefill_graphs == "auto" else self.config.prefill_graphs
+        if not padded or c * tb > min(PREFILL_GRAPH_TOKENS, step.PREFILL_CHUNK_TOKENS):
             return step.prefill(self.target, ids, pos, lens, cache, max_len, taps=taps)
         ids = torch.nn.functional.pad(ids, (0, tb - T))
 

@@ -42,7 +42,8 @@ def target():
     (dict(seed=-1), r"seed=-1 is out of range"),
     (dict(kernel_backend="cuda"), r"kernel_backend='cuda' is not one of 'auto', 'torch', 'triton'"),
     (dict(cuda_graphs="no"), r"cuda_graphs='no' must be True or False"),
-    (dict(prefill_graphs=1), r"prefill_graphs=1 must be True or False"),
+    (dict(prefill_graphs=1), r"prefill_graphs=1 must be True, False or 'auto'"),
+    (dict(prefill_graphs="on"), r"prefill_graphs='on' must be True, False or 'auto'"),
     (dict(method=None), r"method=None is not one of"),
 ])
 def test_spec_config_wrong_types(kwargs, message):
@@ -60,6 +61,7 @@ def test_spec_config_wrong_types(kwargs, message):
     (dict(mask_token_id=10 ** 6), r"mask_token_id=1000000 is out of range; expected \[0, 49151\]"),
     (dict(hidden_size=0), r"hidden_size=0 is out of range"),
     (dict(vocab_size="49152"), r"vocab_size='49152' must be an integer"),
+    (dict(sliding_window=0), r"sliding_window=0 is out of range; expected \[1, "),
 ])
 def test_drafter_config_bad_values(kwargs, message):
     with pytest.raises(ValueError, match=message):

@@ -124,6 +124,27 @@ def test_the_sweep_runs_without_plotly(tmp_path, capsys, monkeypatch):
     assert "plotly is not installed" in capsys.readouterr().out
 
 
+def test_draft_window_and_eager_prefill_flags_reach_the_run(tmp_path):
+    out = tmp_path / "bench"
+    argv = ["--tiny", "--workloads", "chat", "-c", "1", "-k", "2", "--extra-k", "--no-reference", "--out", str(out),
+            "--no-progress", *TORCH_KERNELS]
+    assert bench_main([*argv, "--draft-window", "3", "--eager-prefill"]) == 0
+    res = read_json(out / "bench.json")
+    assert res.config["draft_window"] == {"eagle3": 3, "peagle": 3} and res.config["prefill_graphs"] is False
+    assert bench_main([*argv, "--draft-window", "none"]) == 0
+    res = read_json(out / "bench.json")
+    assert res.config["draft_window"] == {"eagle3": None, "peagle": None} and res.config["prefill_graphs"] == "auto"
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--draft-window", "0"], "--draft-window '0' must be a positive int or 'none'"),
+    (["--prefill-graphs", "--eager-prefill"], "--prefill-graphs and --eager-prefill exclude each other"),
+])
+def test_bad_draft_window_or_prefill_flags_are_one_line(tmp_path, capsys, flags, message):
+    assert bench_main(["--tiny", *flags, "--out", str(tmp_path)]) == 2
+    assert capsys.readouterr().err == f"bench: error: {message}\n"
+
+
 def test_cli_reports_bad_flags_in_one_line(tmp_path, capsys):
     assert bench_main(["--tiny", "-k", "0", "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err

@@ -189,3 +189,21 @@ def test_engine_reuses_its_caches_without_stale_state(target, baseline):
     assert engine.generate(PROMPTS[:1]).tokens == baseline[1]  # smaller batch, same caches
     assert engine._cache_t is cache
     assert engine.generate(PROMPTS).tokens == baseline[3]
+
+
+@pytest.mark.parametrize("method", ["eagle3", "peagle"])
+def test_a_drafting_window_is_lossless_and_changes_what_the_drafter_sees(target, baseline, method):
+    # DrafterConfig.sliding_window keeps each drafting query to its last W positions (heads trained on short
+    # sequences keep their deep drafts over long prompts). Output stays the plain greedy output, and a window
+    # narrower than the prompts must change the drafts (else the window is not applied in the cached path).
+    import dataclasses
+
+    drafts = {}
+    for window in (None, 2):
+        drafter = tiny_drafter(target, method, seed=5)
+        drafter.config = dataclasses.replace(drafter.config, sliding_window=window)
+        seen = drafts.setdefault(window, [])
+        drafter.register_forward_hook(lambda _m, _a, out, seen=seen: seen.append(out.logits.argmax(-1).flatten()))
+        assert run(target, drafter, method, 4).tokens == baseline[3]
+    first = min(len(drafts[None]), len(drafts[2]))
+    assert any(not torch.equal(a, b) for a, b in zip(drafts[None][:first], drafts[2][:first]))

@@ -93,3 +93,35 @@ def test_unknown_tensor_is_named(tmp_path, target):
     (tmp_path / "h" / "checksums.json").unlink()
     with pytest.raises(CheckpointError, match="unknown \\['surprise.weight'\\]"):
         load_head(tmp_path / "h")
+
+
+def test_a_drafting_window_round_trips_as_vllm_reads_it(tmp_path, target):
+    # vLLM's Llama layers read sliding_window where layer_types says "sliding_attention" for each draft layer.
+    import dataclasses
+
+    d = tiny_drafter(target, "peagle", num_hidden_layers=2)
+    d.config = dataclasses.replace(d.config, sliding_window=64)
+    save_head(d, tmp_path / "h")
+    cfg = json.loads((tmp_path / "h" / "config.json").read_text())
+    layer = cfg["transformer_layer_config"]
+    assert layer["sliding_window"] == 64 and layer["layer_types"] == ["sliding_attention"] * 2
+    assert load_head(tmp_path / "h", target).config.sliding_window == 64
+    save_head(tiny_drafter(target, "peagle"), tmp_path / "full")
+    assert "layer_types" not in json.loads((tmp_path / "full" / "config.json").read_text())["transformer_layer_config"]
+    assert load_head(tmp_path / "full", target).config.sliding_window is None
+
+
+@pytest.mark.parametrize("layer_types, window, message", [
+    (["sliding_attention", "full_attention"], 64, "mixes sliding and full attention"),
+    (["sliding_attention"], 64, "for each of the 2 draft layers"),
+    (["sliding_attention"] * 2, 0, "sliding_window=0 must be a positive int"),
+    (["chunked_attention"] * 2, 64, "must name 'sliding_attention' or 'full_attention'"),
+])
+def test_a_bad_drafting_window_is_named(tmp_path, target, layer_types, window, message):
+    save_head(tiny_drafter(target, "peagle", num_hidden_layers=2), tmp_path / "h")
+    path = tmp_path / "h" / "config.json"
+    cfg = json.loads(path.read_text())
+    cfg["transformer_layer_config"].update(layer_types=layer_types, sliding_window=window)
+    path.write_text(json.dumps(cfg))
+    with pytest.raises(CheckpointError, match=message):
+        load_head(tmp_path / "h", target)

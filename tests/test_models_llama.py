@@ -116,3 +116,14 @@ def test_random_smollm2_has_the_default_shape_and_its_seed_decides_the_weights()
     assert a.config == LlamaConfig() and a.dtype == torch.float32 and not a.training
     assert torch.equal(a.layers[0].mlp.up_proj.weight, b.layers[0].mlp.up_proj.weight)
     assert not torch.equal(a.layers[0].mlp.up_proj.weight, c.layers[0].mlp.up_proj.weight)
+
+
+def test_a_windowed_mask_sees_the_last_w_positions_only():
+    from peagle_lab.models.llama import attention_mask, make_context
+
+    pos = torch.arange(5)[None]
+    m = attention_mask(pos, pos, window=2)[0, 0].int()
+    assert m.tolist() == [[1, 0, 0, 0, 0], [1, 1, 0, 0, 0], [0, 1, 1, 0, 0], [0, 0, 1, 1, 0], [0, 0, 0, 1, 1]]
+    assert torch.equal(attention_mask(pos, pos, window=5), attention_mask(pos, pos))
+    explicit = torch.ones(1, 1, 5, 5, dtype=torch.bool)  # a training mask is taken as it is
+    assert torch.equal(make_context(pos, None, None, explicit, window=2).mask, explicit)

@@ -15,6 +15,7 @@ with a note when plotly is absent) into ``--out``, then prints the headline tabl
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import shlex
 import sys
 import tempfile
@@ -67,8 +68,12 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--reference-workloads", nargs="+", choices=WORKLOADS, help="default: chat code")
     p.add_argument("--reference-concurrency", nargs="+", type=int, metavar="C", help="default: 1")
     p.add_argument("--no-cuda-graphs", action="store_true")
-    p.add_argument("--prefill-graphs", action="store_true",
-                   help="prefill at padded widths, one CUDA graph per shape (SpecConfig.prefill_graphs)")
+    p.add_argument("--prefill-graphs", action="store_const", const=True, default=None,
+                   help="prefill at padded widths, one CUDA graph per shape (the default on CUDA; on the CPU, pad only)")
+    p.add_argument("--eager-prefill", action="store_true",
+                   help="prefill eagerly at the prompts' own width (SpecConfig.prefill_graphs=False)")
+    p.add_argument("--draft-window", metavar="N|none",
+                   help="override the heads' drafting attention window (sliding_window): N positions, or none")
     p.add_argument("--compile", choices=COMPILE_MODES,
                    help="torch.compile the decode step (default auto: on CUDA)")
     p.add_argument("--kernel-backend", choices=["auto", "torch", "triton"],
@@ -103,13 +108,48 @@ def sweep_config(args) -> SweepConfig:
         values["reference"] = False
     if args.no_cuda_graphs:
         values["cuda_graphs"] = False
+    draft_window(getattr(args, "draft_window", None))  # a bad value fails before the model loads
+    if args.prefill_graphs and args.eager_prefill:
+        raise ValueError("--prefill-graphs and --eager-prefill exclude each other")
     if args.prefill_graphs:
         values["prefill_graphs"] = True
+    if args.eager_prefill:
+        values["prefill_graphs"] = False
     return SweepConfig(**values)
+
+
+def draft_window(value: str | None) -> int | None | bool:
+    """``--draft-window``: an int, None for "none" (full attention), False when not given (keep the heads').
+
+    >>> draft_window("512"), draft_window("none"), draft_window(None)
+    (512, None, False)
+    """
+    if value is None:
+        return False
+    if value.lower() == "none":
+        return None
+    if not value.isdigit() or int(value) < 1:
+        raise ValueError(f"--draft-window {value!r} must be a positive int or 'none'")
+    return int(value)
+
+
+def _with_window(drafters: dict, notes: dict, value: str | None) -> None:
+    """Apply ``--draft-window`` to every drafter and record each one's window in the notes."""
+    window = draft_window(value)
+    for d in drafters.values():
+        if window is not False:
+            d.config = dataclasses.replace(d.config, sliding_window=window)
+    notes["draft_window"] = {m: d.config.sliding_window for m, d in drafters.items()}
 
 
 def _models(args, cfg: SweepConfig, device, dtype, tmp: Path):
     """(target, tokenizer, drafters, reference folder or None, config notes) for the run."""
+    target, tokenizer, drafters, ref, notes = _load_models(args, cfg, device, dtype, tmp)
+    _with_window(drafters, notes, getattr(args, "draft_window", None))
+    return target, tokenizer, drafters, ref, notes
+
+
+def _load_models(args, cfg: SweepConfig, device, dtype, tmp: Path):
     spec = [m for m in cfg.methods if m != "baseline"]
     if args.tiny:
         from ..models.checkpoints import save_hf_folder

@@ -53,7 +53,7 @@ class SweepConfig:
     ignore_eos: bool = True  # fixed output length (like vLLM's --ignore-eos), so cells compare
     seed: int = 0  # prompt selection and sampling
     cuda_graphs: bool = True
-    prefill_graphs: bool = False  # SpecConfig.prefill_graphs (measure it against the eager prefill)
+    prefill_graphs: bool | str = "auto"  # SpecConfig.prefill_graphs: "auto" = graphed where CUDA graphs run
     compile: str = "auto"  # torch.compile the decode step: "auto" (on CUDA), "on" or "off"
     kernel_backend: str = "auto"  # draft-batch kernels: "auto" (Triton on CUDA), "torch" or "triton"
     max_batch_tokens: int | None = None  # skip cells whose KV block c·(prompt + new) exceeds this

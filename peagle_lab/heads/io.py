@@ -35,6 +35,9 @@ def head_config_dict(cfg: DrafterConfig, verifier: str = "SmolLM2-135M-Instruct"
              "num_hidden_layers": cfg.num_hidden_layers, "vocab_size": cfg.vocab_size, "hidden_act": "silu",
              "tie_word_embeddings": False, "attention_bias": False, "mlp_bias": False}
     layer.update({f: getattr(cfg, f) for f in _DRAFTER_FIELDS})
+    if cfg.sliding_window is not None:  # the keys vLLM's Llama layers read (layer_types per draft layer)
+        layer["sliding_window"] = cfg.sliding_window
+        layer["layer_types"] = ["sliding_attention"] * cfg.num_hidden_layers
     d = {
         "architectures": ["PEagleSpeculator" if cfg.method == "peagle" else "Eagle3Speculator"],
         "speculators_model_type": cfg.method,
@@ -91,6 +94,7 @@ def config_from_head_dict(d: dict, source: str) -> DrafterConfig:
             # vLLM's default when the key is absent: True for speculators eagle3 configs, else False.
             norm_before_residual=bool(d.get("norm_before_residual", d.get("speculators_model_type") == "eagle3")),
             mask_token_id=mask_token_id_of(d) if method == "peagle" else None,
+            sliding_window=sliding_window_of(layer, n_layers, source),
             target_model_type=_model_type_of(d),
         )
         ids = d.get("eagle_aux_hidden_state_layer_ids") or (d.get("eagle_config") or {}).get(
@@ -128,6 +132,34 @@ def mask_token_id_of(d: dict) -> int | None:
         if d.get(key) is not None:
             return int(d[key])
     return None
+
+
+def sliding_window_of(layer: dict, num_layers: int, source: str) -> int | None:
+    """The drafter's attention window from a layer config: ``sliding_window`` when ``layer_types``
+    marks every layer ``"sliding_attention"``, None when it marks none (or is absent: a Llama layer
+    without ``layer_types`` ignores ``sliding_window``, in transformers and in vLLM alike).
+
+    >>> sliding_window_of({"sliding_window": 512, "layer_types": ["sliding_attention"] * 2}, 2, "x")
+    512
+    >>> sliding_window_of({"sliding_window": 512}, 2, "x") is None
+    True
+    """
+    types = layer.get("layer_types")
+    if types is None:
+        return None
+    if len(types) != num_layers or not set(types) <= {"sliding_attention", "full_attention"}:
+        raise CheckpointError(f"{source}: layer_types {types} must name 'sliding_attention' or 'full_attention' "
+                              f"for each of the {num_layers} draft layers")
+    if len(set(types)) > 1:
+        raise CheckpointError(f"{source}: layer_types {types} mixes sliding and full attention; "
+                              "expected one kind for every draft layer")
+    if types[0] == "full_attention":
+        return None
+    window = layer.get("sliding_window")
+    if not isinstance(window, int) or isinstance(window, bool) or window < 1:
+        raise CheckpointError(f"{source}: sliding_window={window!r} must be a positive int when layer_types "
+                              "says 'sliding_attention'")
+    return window
 
 
 def _model_type_of(d: dict) -> str:

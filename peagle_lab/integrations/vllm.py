@@ -75,6 +75,8 @@ def speculators_config_dict(drafter: Drafter, k: int, verifier: str) -> dict:
     from ..heads.io import head_config_dict
 
     d = head_config_dict(drafter.config, verifier=verifier, k=k)
+    for key in ("sliding_window", "layer_types"):  # our engine's drafting window: not exported (see _provenance)
+        d["transformer_layer_config"].pop(key, None)
     d.update(_switches())
     d["eagle_config"] = {"use_aux_hidden_state": True,
                          "eagle_aux_hidden_state_layer_ids": list(drafter.config.aux_layer_ids)}
@@ -86,8 +88,11 @@ def _provenance(drafter: Drafter, k: int) -> dict:
     from .. import __version__
 
     cfg = drafter.config
+    # The drafting window our engine applies (DrafterConfig.sliding_window) stays out of the layer config:
+    # vLLM would read it there (layer_types), but serving a head with it is not yet checked against vLLM.
     return {"exported_by": f"peagle_lab {__version__}", "method": cfg.method,
             "parallel_drafting": cfg.method == "peagle", "num_speculative_tokens": k,
+            "engine_sliding_window": cfg.sliding_window,
             "speculative_config": {"method": "eagle3", "num_speculative_tokens": k,
                                    "parallel_drafting": cfg.method == "peagle",
                                    "draft_sample_method": "probabilistic"}}

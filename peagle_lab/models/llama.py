@@ -193,9 +193,14 @@ def read_kv(k_cache: torch.Tensor, v_cache: torch.Tensor, c: int, max_len: int) 
     return k.transpose(1, 2), v.transpose(1, 2)
 
 
-def attention_mask(positions: torch.Tensor, kv_positions: torch.Tensor, kv_valid: torch.Tensor | None = None) -> torch.Tensor:
-    """Boolean ``[c, 1, T, S]`` mask: a query at position p sees keys at positions <= p."""
-    m = kv_positions[:, None, None, :] <= positions[:, None, :, None]
+def attention_mask(positions: torch.Tensor, kv_positions: torch.Tensor, kv_valid: torch.Tensor | None = None,
+                   window: int | None = None) -> torch.Tensor:
+    """Boolean ``[c, 1, T, S]`` mask: a query at position p sees keys at positions <= p
+    (and > p - ``window`` when a window is given)."""
+    q, k = positions[:, None, :, None], kv_positions[:, None, None, :]
+    m = k <= q
+    if window is not None:
+        m = m & (k > q - window)
     if kv_valid is not None:
         m = m & kv_valid[:, None, None, :]
     return m
@@ -399,21 +404,23 @@ def call_layer(layer: nn.Module, *args):
 
 
 def make_context(positions: torch.Tensor, cache: KVCache | None, slot_mapping: torch.Tensor | None,
-                 attn_mask: torch.Tensor | None = None) -> AttnContext:
+                 attn_mask: torch.Tensor | None = None, window: int | None = None) -> AttnContext:
     """Build the shared attention context for ``positions`` [c, T].
 
     Without a cache the T tokens attend to each other by position (training, parity checks);
-    with one, queries attend to the request's cache block by position. ``attn_mask``
-    [c, 1, T, S] overrides the mask (the P-EAGLE training mask).
+    with one, queries attend to the request's cache block by position. ``window`` keeps a
+    query at position p to the keys at p - window + 1 .. p (a drafter's ``sliding_window``,
+    as in transformers and vLLM). ``attn_mask`` [c, 1, T, S] overrides the mask (the P-EAGLE
+    training mask; ``window`` does not apply to it).
     """
     if attn_mask is not None:
         return AttnContext(cache, slot_mapping, attn_mask)
     if cache is None:
-        return AttnContext(None, None, attention_mask(positions, positions))
+        return AttnContext(None, None, attention_mask(positions, positions, window=window))
     if slot_mapping is None:
         raise ValueError("slot_mapping is required when a KV cache is given")
     kv_pos = torch.arange(cache.max_len, device=positions.device).expand(positions.shape[0], -1)
-    return AttnContext(cache, slot_mapping, attention_mask(positions, kv_pos))
+    return AttnContext(cache, slot_mapping, attention_mask(positions, kv_pos, window=window))
 
 
 def rope_cos_sin(inv_freq: torch.Tensor, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
