@@ -149,3 +149,23 @@ class DrafterConfig:
             rope_scaling=self.rope_scaling, max_position_embeddings=self.max_position_embeddings,
             aux_layer_ids=(0,),
         )
+
+
+# The drafting attention window a freshly trained head declares (peagle-lab train --sliding-window): our
+# heads train on chat-length rows, and 512 positions measured best over long prompts (docs/concepts.md).
+DEFAULT_SLIDING_WINDOW = 512
+
+
+def parse_window(value: str | None, flag: str) -> int | None | bool:
+    """A drafting-window flag's value: an int, None for "none" (full attention), False when not given.
+
+    >>> parse_window("512", "--w"), parse_window("none", "--w"), parse_window(None, "--w")
+    (512, None, False)
+    """
+    if value is None:
+        return False
+    if value.lower() == "none":
+        return None
+    if not value.isdigit() or int(value) < 1:
+        raise ValueError(f"{flag} {value!r} must be a positive int or 'none'")
+    return int(value)

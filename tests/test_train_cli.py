@@ -88,6 +88,19 @@ def test_errors_are_reported_not_raised(tmp_path, capsys):
     assert "steps=0" in capsys.readouterr().err
 
 
+def test_a_fresh_head_declares_the_default_drafting_window(runs):
+    from peagle_lab.config import DEFAULT_SLIDING_WINDOW
+
+    layer = json.loads((runs[0] / "head" / "config.json").read_text())["transformer_layer_config"]
+    assert layer["sliding_window"] == DEFAULT_SLIDING_WINDOW and set(layer["layer_types"]) == {"sliding_attention"}
+
+
+def test_a_bad_sliding_window_fails_before_anything_loads(tmp_path, capsys):
+    assert main(["train", "--tiny", "--method", "peagle", "--out", str(tmp_path), "--sliding-window", "0"]) == 2
+    assert "--sliding-window '0' must be a positive int or 'none'" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())
+
+
 def test_eval_exports_a_bf16_head_with_its_card(runs, tmp_path):
     full = runs[0]
     common = ["--tiny", "--no-progress"]

@@ -23,7 +23,7 @@ import time
 from dataclasses import fields
 from pathlib import Path
 
-from ..config import COMPILE_MODES, METHODS
+from ..config import COMPILE_MODES, METHODS, parse_window
 from ..devices import DTYPES, resolve_device, resolve_dtype
 from .schema import write_csv, write_json
 from .sweep import SweepConfig, run_sweep
@@ -69,7 +69,7 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--reference-concurrency", nargs="+", type=int, metavar="C", help="default: 1")
     p.add_argument("--no-cuda-graphs", action="store_true")
     p.add_argument("--prefill-graphs", action="store_const", const=True, default=None,
-                   help="prefill at padded widths, one CUDA graph per shape (the default on CUDA; on the CPU, pad only)")
+                   help="prefill at padded widths, a CUDA graph per shape (default on CUDA; on a CPU: pad only)")
     p.add_argument("--eager-prefill", action="store_true",
                    help="prefill eagerly at the prompts' own width (SpecConfig.prefill_graphs=False)")
     p.add_argument("--draft-window", metavar="N|none",
@@ -108,7 +108,7 @@ def sweep_config(args) -> SweepConfig:
         values["reference"] = False
     if args.no_cuda_graphs:
         values["cuda_graphs"] = False
-    draft_window(getattr(args, "draft_window", None))  # a bad value fails before the model loads
+    parse_window(getattr(args, "draft_window", None), "--draft-window")  # a bad value fails before the model loads
     if args.prefill_graphs and args.eager_prefill:
         raise ValueError("--prefill-graphs and --eager-prefill exclude each other")
     if args.prefill_graphs:
@@ -118,24 +118,9 @@ def sweep_config(args) -> SweepConfig:
     return SweepConfig(**values)
 
 
-def draft_window(value: str | None) -> int | None | bool:
-    """``--draft-window``: an int, None for "none" (full attention), False when not given (keep the heads').
-
-    >>> draft_window("512"), draft_window("none"), draft_window(None)
-    (512, None, False)
-    """
-    if value is None:
-        return False
-    if value.lower() == "none":
-        return None
-    if not value.isdigit() or int(value) < 1:
-        raise ValueError(f"--draft-window {value!r} must be a positive int or 'none'")
-    return int(value)
-
-
 def _with_window(drafters: dict, notes: dict, value: str | None) -> None:
     """Apply ``--draft-window`` to every drafter and record each one's window in the notes."""
-    window = draft_window(value)
+    window = parse_window(value, "--draft-window")
     for d in drafters.values():
         if window is not False:
             d.config = dataclasses.replace(d.config, sliding_window=window)

@@ -8,6 +8,7 @@ had already seen, which the new head's summary and model card carry forward.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import time
 from dataclasses import asdict
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from ..config import COMPILE_MODES
+from ..config import COMPILE_MODES, DEFAULT_SLIDING_WINDOW, parse_window
 from .cli import command_line, common_arguments, load_target, reports_errors
 
 
@@ -33,6 +34,9 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--init-from", default=None,
                    help="warm start: a head folder (speculators format) whose weights and vocabulary to continue")
     p.add_argument("--layers", type=int, default=1, help="drafter layers of a fresh head")
+    p.add_argument("--sliding-window", metavar="N|none", default=None,
+                   help="the drafting attention window the head declares (default: the warm-start head's, "
+                        f"else {DEFAULT_SLIDING_WINDOW}; training itself does not apply it)")
     p.add_argument("--draft-vocab-size", type=int, default=8192, help="draft vocabulary of a fresh head")
     p.add_argument("--init-head", default="random", choices=["random", "target"],
                    help="a fresh head's norm + lm_head start random or as the target's (restricted) head")
@@ -87,8 +91,20 @@ def prior_training(head_dir: Path | str) -> dict:
     return {"tokens": int(cum.get("tokens", 0)), "steps": int(cum.get("steps", 0)), "runs": list(cum.get("runs", []))}
 
 
-def _drafter(args, target, train):
-    """A fresh drafter (vocabulary from the data) or the warm-start head; and its prior training."""
+def _drafter(args, target, train, window: int | None | bool = False):
+    """A fresh drafter (vocabulary from the data) or the warm-start head; and its prior training.
+
+    ``window``: the drafting window the head declares (False: the warm-start head's, else the default).
+    """
+    drafter, coverage, prior = _new_or_warm_drafter(args, target, train)
+    if window is False and not args.init_from:
+        window = DEFAULT_SLIDING_WINDOW
+    if window is not False:
+        drafter.config = dataclasses.replace(drafter.config, sliding_window=window)
+    return drafter, coverage, prior
+
+
+def _new_or_warm_drafter(args, target, train):
     from ..heads.io import load_head
     from .build import new_drafter
     from .vocab import build_draft_vocab, count_tokens
@@ -129,11 +145,12 @@ def run_train(args) -> int:
         eval_at_end=not args.no_eval, eval_ks=tuple(int(k) for k in args.eval_ks.split(",")),
         eval_prompts=args.eval_prompts, eval_max_new_tokens=args.eval_max_new_tokens, amp=args.amp,
         compile=args.compile)
+    window = parse_window(args.sliding_window, "--sliding-window")
     dist = init_distributed(resolve_device(args.device))
     args.device = str(dist.device)
     target, _, name = load_target(args)  # after the config checks: fail fast, before loading anything
     train, heldout, data_card = _train_data(args, target)
-    drafter, coverage, prior = _drafter(args, target, train)
+    drafter, coverage, prior = _drafter(args, target, train, window)
     out = Path(args.out)
     callbacks = [PrintEvery()] if args.no_progress else []
     trainer = Trainer(target, drafter, train, cfg, out, heldout, callbacks, progress=not args.no_progress, dist=dist)
