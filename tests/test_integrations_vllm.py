@@ -87,6 +87,22 @@ def test_export_round_trip(tmp_path, target, target_dir, method, layers, draft_v
     assert "mask_embedding" not in sd and "t2d" in sd if fmt == "speculators" else "t2d" not in sd
 
 
+@pytest.mark.parametrize("fmt", ["vllm", "speculators"])
+def test_the_drafting_window_is_exported_where_vllm_reads_it(tmp_path, target, target_dir, fmt):
+    import dataclasses
+
+    d = drafter(target, "peagle", 2, None)
+    d.config = dataclasses.replace(d.config, sliding_window=8)
+    out = export_for_vllm(d, tmp_path / fmt, fmt, target_dir, k=3)
+    cfg = json.loads((out / "config.json").read_text())
+    layer = cfg.get("transformer_layer_config", cfg)  # the flat vLLM layout keeps the layer keys at the top
+    assert layer["sliding_window"] == 8 and layer["layer_types"] == ["sliding_attention"] * 2
+    assert import_head(out, target).config.sliding_window == 8
+    plain = export_for_vllm(drafter(target, "peagle", 2, None), tmp_path / f"{fmt}-full", fmt, target_dir, k=3)
+    cfg = json.loads((plain / "config.json").read_text())
+    assert "layer_types" not in cfg.get("transformer_layer_config", cfg)
+
+
 def test_vllm_config_states_every_semantic_choice(tmp_path, target, target_dir):
     d, _, cfg, sd = exported(tmp_path, target, target_dir, "peagle", 2)
     taps = list(target.config.taps)

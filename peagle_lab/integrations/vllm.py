@@ -45,6 +45,13 @@ def _switches() -> dict:
     return {"norm_before_fc": False, "fc_norm": False, "norm_output": False}
 
 
+def _window(cfg) -> dict:
+    # The drafting window, as vLLM's Llama layers read it: layer_types marks each draft layer.
+    if cfg.sliding_window is None:
+        return {}
+    return {"sliding_window": cfg.sliding_window, "layer_types": ["sliding_attention"] * cfg.num_hidden_layers}
+
+
 def vllm_config_dict(drafter: Drafter, k: int) -> dict:
     """The flat ``LlamaForCausalLMEagle3`` config.json for ``drafter`` (layout "vllm")."""
     cfg = drafter.config
@@ -58,6 +65,7 @@ def vllm_config_dict(drafter: Drafter, k: int) -> dict:
         "max_position_embeddings": cfg.max_position_embeddings, "vocab_size": cfg.vocab_size,
         "draft_vocab_size": cfg.draft_vocab_size, "target_hidden_size": cfg.hidden_size,
         "tie_word_embeddings": False, "attention_bias": False, "mlp_bias": False,
+        **_window(cfg),
         "eagle_aux_hidden_state_layer_ids": taps, "num_aux_hidden_states": len(taps),
         "eagle_config": {"use_aux_hidden_state": True, "eagle_aux_hidden_state_layer_ids": taps,
                          "norm_before_fc": False},
@@ -75,8 +83,6 @@ def speculators_config_dict(drafter: Drafter, k: int, verifier: str) -> dict:
     from ..heads.io import head_config_dict
 
     d = head_config_dict(drafter.config, verifier=verifier, k=k)
-    for key in ("sliding_window", "layer_types"):  # our engine's drafting window: not exported (see _provenance)
-        d["transformer_layer_config"].pop(key, None)
     d.update(_switches())
     d["eagle_config"] = {"use_aux_hidden_state": True,
                          "eagle_aux_hidden_state_layer_ids": list(drafter.config.aux_layer_ids)}
@@ -88,11 +94,8 @@ def _provenance(drafter: Drafter, k: int) -> dict:
     from .. import __version__
 
     cfg = drafter.config
-    # The drafting window our engine applies (DrafterConfig.sliding_window) stays out of the layer config:
-    # vLLM would read it there (layer_types), but serving a head with it is not yet checked against vLLM.
     return {"exported_by": f"peagle_lab {__version__}", "method": cfg.method,
             "parallel_drafting": cfg.method == "peagle", "num_speculative_tokens": k,
-            "engine_sliding_window": cfg.sliding_window,
             "speculative_config": {"method": "eagle3", "num_speculative_tokens": k,
                                    "parallel_drafting": cfg.method == "peagle",
                                    "draft_sample_method": "probabilistic"}}

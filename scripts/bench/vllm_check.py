@@ -2,6 +2,7 @@
 
     python scripts/bench/vllm_check.py --vllm-python /path/to/vllm-venv/bin/python \
         [--eagle3 DIR] [--peagle DIR] [--ks 3 7] [--num-prompts 8] [--max-new-tokens 32] [--out DIR]
+        [--workload long --long-tokens 768 1024]   # prompts past the heads' 512-position drafting window
 
 Heads default to the shipped ones (peagle_lab/heads/eagle3, peagle_lab/heads/peagle); a
 missing one is replaced by an untrained probe head (EAGLE-3: 1 layer; P-EAGLE: 2 layers;
@@ -51,6 +52,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--peagle", help="P-EAGLE head folder (default: peagle_lab/heads/peagle when present)")
     p.add_argument("--ks", nargs="+", type=int, default=[3, 7])
     p.add_argument("--num-prompts", type=int, default=8)
+    p.add_argument("--workload", choices=["chat", "long"], default="chat",
+                   help="long: stdlib excerpts past the heads' drafting window (see --long-tokens)")
+    p.add_argument("--long-tokens", nargs=2, type=int, default=[768, 1024], metavar=("MIN", "MAX"),
+                   help="excerpt length range of --workload long, in tokens")
     p.add_argument("--max-new-tokens", type=int, default=32)
     p.add_argument("--threads", type=int, default=None, help="OMP_NUM_THREADS for vLLM")
     p.add_argument("--out", default="vllm_check")
@@ -60,13 +65,18 @@ def main(argv: list[str] | None = None) -> int:
     python = find_vllm_python(args.vllm_python)
     target, tok = load_default(quiet=True)
     args.target_dir = export_target_for_vllm()  # the cached float32 HF folder, loaded in place
-    prompts = [list(q.token_ids) for q in load_workload("chat", args.num_prompts, tokenizer=tok,
-                                                        max_prompt_tokens=256)]
+    if args.workload == "long":
+        prompts = [list(q.token_ids) for q in load_workload("long", args.num_prompts, tokenizer=tok,
+                                                            long_context_tokens=tuple(args.long_tokens))]
+    else:
+        prompts = [list(q.token_ids) for q in load_workload("chat", args.num_prompts, tokenizer=tok,
+                                                            max_prompt_tokens=256)]
+    max_model_len = max(1024, -(-(max(map(len, prompts)) + args.max_new_tokens + 16) // 256) * 256)
     heads = heads_for(args, target, out)
     c = [len(prompts)]  # one wave: all prompts decode concurrently, as in our engine's batch
     runs = [run_entry("baseline", "baseline", 0, None, c)]
     runs += [run_entry(f"{m}-k{k}", m, k, heads[m][0], c, record_drafts=True) for m in heads for k in args.ks]
-    spec = {"target": str(args.target_dir), "dtype": "float32", "max_model_len": 1024, "seed": 0,
+    spec = {"target": str(args.target_dir), "dtype": "float32", "max_model_len": max_model_len, "seed": 0,
             "prompts": prompts, "max_tokens": args.max_new_tokens, "temperature": 0.0,
             "stop_token_ids": list(target.config.eos_token_ids), "runs": runs}
     t1 = time.perf_counter()
