@@ -40,6 +40,9 @@ class SpecConfig:
     # shape: "auto" where CUDA graphs run (on CUDA with cuda_graphs), True also pads elsewhere
     # (lossless; for tests), False keeps every prefill eager
     prefill_graphs: bool | str = "auto"
+    # the first draft after a padded prefill at the prompts' padded width, one CUDA graph per shape
+    # like the prefill (only where the prefill was padded): off until measured on a GPU
+    first_draft_graphs: bool = False
     # torch.compile the decode-step forwards (target and drafter): "auto" (on CUDA), "on" or "off"
     compile: str = "auto"
 
@@ -52,8 +55,9 @@ class SpecConfig:
         check_int("max_new_tokens", self.max_new_tokens, 1, 1 << 20)
         check_int("seed", self.seed, 0)
         check_choice("kernel_backend", self.kernel_backend, BACKENDS)
-        if not isinstance(self.cuda_graphs, bool):
-            raise ValueError(f"cuda_graphs={self.cuda_graphs!r} must be True or False")
+        for name in ("cuda_graphs", "first_draft_graphs"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name}={getattr(self, name)!r} must be True or False")
         if not isinstance(self.prefill_graphs, bool) and self.prefill_graphs != "auto":
             raise ValueError(f"prefill_graphs={self.prefill_graphs!r} must be True, False or 'auto'")
         check_choice("compile", self.compile, COMPILE_MODES)

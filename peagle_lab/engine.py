@@ -338,7 +338,7 @@ class SpecDecoder:
                          cfg.kernel_backend)
 
     def _prefill(self, ids: torch.Tensor, pos: torch.Tensor, lens: torch.Tensor, cache, max_len: int,
-                 taps: bool) -> step.TargetOutput:
+                 taps: bool) -> tuple[step.TargetOutput, torch.Tensor, torch.Tensor]:
         """The target over the padded prompts (``step.prefill``); with ``prefill_graphs``, at a padded shape.
 
         The width is padded to a multiple of ``PREFILL_ALIGN`` (the padding writes no KV and
@@ -347,12 +347,17 @@ class SpecDecoder:
         prefill costs about the same 20 ms at c = 1 and at c = 64 on the H200, so its launches,
         not its arithmetic, set its time. Prefills over ``PREFILL_GRAPH_TOKENS`` tokens are
         compute-bound and stay eager (each graph keeps its taps, c × width × 3H, allocated).
+
+        Returns the output with the ids and positions the first draft reads: with
+        ``first_draft_graphs`` and a padded prefill, all at the padded width (the padding slots
+        lie past every request's prompt, where a ragged batch's shorter rows already end), else
+        at the prompts' own width.
         """
         c, T = ids.shape
         tb = padded_prefill_width(T, max_len)
         padded = self.use_graphs if self.config.prefill_graphs == "auto" else self.config.prefill_graphs
         if not padded or c * tb > min(PREFILL_GRAPH_TOKENS, step.PREFILL_CHUNK_TOKENS):
-            return step.prefill(self.target, ids, pos, lens, cache, max_len, taps=taps)
+            return step.prefill(self.target, ids, pos, lens, cache, max_len, taps=taps), ids, pos
         ids = torch.nn.functional.pad(ids, (0, tb - T))
 
         def fn(ids, lens):  # positions made inside, so a captured graph owns them
@@ -366,7 +371,9 @@ class SpecDecoder:
             logits, tap = self._prefill_graphs.run(("prefill", c, tb, max_len, taps), fn, ids, lens)
         else:
             logits, tap = fn(ids, lens)
-        return step.TargetOutput(logits, tap[:, :T] if taps else None, None)
+        if self.config.first_draft_graphs:
+            return step.TargetOutput(logits, tap, None), ids, torch.arange(tb, device=ids.device).expand(c, tb)
+        return step.TargetOutput(logits, tap[:, :T] if taps else None, None), ids[:, :T], pos
 
     def _drafter_forward(self, cache, ids, hidden, pos, slots, rows):
         if not self.use_graphs:
@@ -378,7 +385,8 @@ class SpecDecoder:
         key = ("drafter", tuple(ids.shape), None if rows is None else tuple(rows.shape))
         return self._graphs.run(key, fn, ids, hidden, pos, slots, *extra)
 
-    def _draft(self, cache, taps, ids, pos, n, bonus, max_len, gen, timer: "Timer | None" = None):
+    def _draft(self, cache, taps, ids, pos, n, bonus, max_len, gen, timer: "Timer | None" = None,
+               first: bool = False):
         """``step.prepare_draft`` (timed as "prep") then ``step.draft``; returns (result, marks).
 
         On CUDA at temperature 0, decode steps replay two graphs (prep, then every drafter
@@ -395,9 +403,11 @@ class SpecDecoder:
                               temperature=cfg.temperature, generator=gen, backend=cfg.kernel_backend, batch=batch,
                               forward=forward)
 
-        decode = ids.shape[1] == cfg.k + 1  # only decode-step shapes are worth a graph
-        if self.use_graphs and cfg.temperature == 0 and decode:
-            res, marks = self._graphed_draft(prep, draft, (taps, ids, pos, n, bonus), timer)
+        decode = not first and ids.shape[1] == cfg.k + 1  # decode-step shapes are worth a graph
+        padded_first = first and cfg.first_draft_graphs and ids.shape[1] == padded_prefill_width(ids.shape[1], max_len)
+        if self.use_graphs and cfg.temperature == 0 and (decode or padded_first):
+            key = ("first-draft" if first else "draft", tuple(ids.shape))
+            res, marks = self._graphed_draft(prep, draft, (taps, ids, pos, n, bonus), timer, key)
         else:
             m0 = timer.mark() if timer else None
             batch = prep(taps, ids, pos, n, bonus)
@@ -408,7 +418,7 @@ class SpecDecoder:
             self.on_draft(res)
         return res, marks
 
-    def _graphed_draft(self, prep, draft, args, timer):
+    def _graphed_draft(self, prep, draft, args, timer, key):
         def make():
             static = [a.clone() for a in args]
             g_prep, batch = capture_graph(lambda: prep(*static))
@@ -417,7 +427,7 @@ class SpecDecoder:
             g_draft, res = capture_graph(lambda: draft(batch, plain))
             return g_prep, g_draft, static, res
 
-        g_prep, g_draft, static, res = self._graphs.capture(("draft", tuple(args[1].shape)), make)
+        g_prep, g_draft, static, res = self._graphs.capture(key, make)
         for s_, a in zip(static, args):
             s_.copy_(a)
         m0 = timer.mark() if timer else None
@@ -449,9 +459,9 @@ class SpecDecoder:
 
         t0 = time.perf_counter()
         ids, pos, lens = step.pad_prompts(prompts, dev)
-        out = self._prefill(ids, pos, lens, cache_t, max_len, K > 0)
+        out, ids, pos = self._prefill(ids, pos, lens, cache_t, max_len, K > 0)
         nxt = step.sample(out.logits[:, 0], cfg.temperature, gen)
-        draft = self._draft(cache_d, out.taps, ids, pos, lens - 1, nxt, max_len, gen)[0] if K else None
+        draft = self._draft(cache_d, out.taps, ids, pos, lens - 1, nxt, max_len, gen, first=True)[0] if K else None
         outputs = [[t] for t in nxt.tolist()]
         done = [step.finished(o, eos, max_new) for o in outputs]
         # start: the position of each request's newest token (not yet processed by the target)

@@ -57,6 +57,26 @@ def test_padded_prefill_is_lossless(target, baseline, method, graph_tokens, monk
     assert widths == [max(map(len, PROMPTS)) if graph_tokens else padded]
 
 
+@pytest.mark.parametrize("method", ["eagle3", "peagle"])
+def test_the_first_draft_at_the_padded_width_drafts_what_the_unpadded_one_does(target, baseline, method):
+    # first_draft_graphs runs the first draft after a padded prefill at the padded width (on CUDA as one graph
+    # per shape; here the padding alone): the extra slots lie past every prompt, so the drafts must not change.
+    drafts = {}
+    for first in (False, True):
+        engine = SpecDecoder(target, tiny_drafter(target, method, seed=7),
+                             SpecConfig(method=method, num_speculative_tokens=4, max_new_tokens=24,
+                                        prefill_graphs=True, first_draft_graphs=first))
+        seen = drafts.setdefault(first, [])
+        engine.on_draft = lambda res, seen=seen: seen.append(res.tokens.clone())
+        widths = []
+        real = engine._draft
+        engine._draft = lambda *a, **kw: widths.append(a[2].shape[1]) or real(*a, **kw)
+        assert engine.generate(PROMPTS).tokens == baseline[3]
+        assert widths[0] == (64 if first else max(map(len, PROMPTS)))  # the first draft's width
+    assert len(drafts[True]) == len(drafts[False])
+    assert all(torch.equal(a, b) for a, b in zip(drafts[True], drafts[False]))
+
+
 @pytest.mark.parametrize("backend", ["torch", "triton"])
 @pytest.mark.parametrize("method", ["eagle3", "peagle"])
 def test_both_kernel_backends_are_lossless(target, baseline, method, backend):
@@ -80,8 +100,8 @@ def oracle_drafts(engine, truth, corrupt_every: int):
     real = engine._draft
     calls = {"n": 0}
 
-    def fake(cache, taps, ids, pos, n, bonus, max_len, gen, timer=None):
-        res, marks = real(cache, taps, ids, pos, n, bonus, max_len, gen, timer)
+    def fake(cache, taps, ids, pos, n, bonus, max_len, gen, timer=None, first=False):
+        res, marks = real(cache, taps, ids, pos, n, bonus, max_len, gen, timer, first)
         k = res.tokens.shape[1]
         # the new token sits at position pos[:, 0] + n + 1 = prompt length + outputs so far - 1
         start = pos[:, 0] + n + 2 - torch.tensor([len(p) for p in PROMPTS], device=pos.device)

@@ -42,6 +42,24 @@ def test_graphs_and_eager_agree():
     assert decode(t, d, "peagle", 5, graphs=True).tokens == decode(t, d, "peagle", 5, graphs=False).tokens
 
 
+@pytest.mark.parametrize("method", ["eagle3", "peagle"])
+def test_graphed_first_draft_is_lossless_and_drafts_as_the_eager_one(method):
+    # SpecConfig.first_draft_graphs: the first draft after a graphed prefill runs at the padded width as one
+    # CUDA graph per shape; it must draft what the eager padded first draft drafts, and stay lossless.
+    t = cuda_target()
+    d = tiny_drafter(t, method)
+    runs = {}
+    for graphed in (True, False):
+        engine = SpecDecoder(t, d, SpecConfig(method=method, num_speculative_tokens=4, max_new_tokens=32,
+                                              prefill_graphs=True, first_draft_graphs=True, cuda_graphs=graphed))
+        first = []
+        engine.on_draft = lambda res, first=first: first.append(res.tokens.clone()) if not first else None
+        runs[graphed] = (engine.generate(PROMPTS).tokens, first[0], engine)
+    assert runs[True][0] == decode(t, None, "baseline", prefill_graphs=True).tokens
+    assert torch.equal(runs[True][1], runs[False][1])
+    assert [k for k in runs[True][2]._graphs.graphs if k[0] == "first-draft"] == [("first-draft", (len(PROMPTS), 64))]
+
+
 @pytest.mark.parametrize("method", ["baseline", "eagle3", "peagle"])
 def test_graphed_prefill_is_lossless_and_captured_once_per_shape(method):
     # Padding changes the prefill's kernels on CUDA (short prompts leave the enable_gqa path), so a near-tie

@@ -72,6 +72,8 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
                    help="prefill at padded widths, a CUDA graph per shape (default on CUDA; on a CPU: pad only)")
     p.add_argument("--eager-prefill", action="store_true",
                    help="prefill eagerly at the prompts' own width (SpecConfig.prefill_graphs=False)")
+    p.add_argument("--first-draft-graphs", action="store_const", const=True, default=None,
+                   help="the first draft after a graphed prefill as one CUDA graph per padded shape")
     p.add_argument("--draft-window", metavar="N|none",
                    help="override the heads' drafting attention window (sliding_window): N positions, or none")
     p.add_argument("--compile", choices=COMPILE_MODES,

@@ -54,6 +54,7 @@ class SweepConfig:
     seed: int = 0  # prompt selection and sampling
     cuda_graphs: bool = True
     prefill_graphs: bool | str = "auto"  # SpecConfig.prefill_graphs: "auto" = graphed where CUDA graphs run
+    first_draft_graphs: bool = False  # SpecConfig.first_draft_graphs (measure it against the eager first draft)
     compile: str = "auto"  # torch.compile the decode step: "auto" (on CUDA), "on" or "off"
     kernel_backend: str = "auto"  # draft-batch kernels: "auto" (Triton on CUDA), "torch" or "triton"
     max_batch_tokens: int | None = None  # skip cells whose KV block c·(prompt + new) exceeds this
@@ -279,7 +280,7 @@ def _cell(target, drafters: dict, cell: Cell, prompts: list[Prompt], cfg: SweepC
         return None, [], f"time budget of {cfg.time_budget_s:.0f} s used up"
     spec = SpecConfig(method=cell.method, num_speculative_tokens=max(k, 1), temperature=cfg.temperature,
                       max_new_tokens=cfg.max_new_tokens, seed=cfg.seed, cuda_graphs=cfg.cuda_graphs,
-                      prefill_graphs=cfg.prefill_graphs,
+                      prefill_graphs=cfg.prefill_graphs, first_draft_graphs=cfg.first_draft_graphs,
                       compile=cfg.compile, kernel_backend=cfg.kernel_backend)
     engine = SpecDecoder(target, drafters.get(cell.method), spec)
     try:
