@@ -404,7 +404,8 @@ class SpecDecoder:
                               forward=forward)
 
         decode = not first and ids.shape[1] == cfg.k + 1  # decode-step shapes are worth a graph
-        padded_first = first and cfg.first_draft_graphs and ids.shape[1] == padded_prefill_width(ids.shape[1], max_len)
+        padded_first = (first and cfg.first_draft_graphs and ids.shape[1] == padded_prefill_width(ids.shape[1], max_len)
+                        and ids.numel() <= min(PREFILL_GRAPH_TOKENS, step.PREFILL_CHUNK_TOKENS))  # as _prefill's
         if self.use_graphs and cfg.temperature == 0 and (decode or padded_first):
             key = ("first-draft" if first else "draft", tuple(ids.shape))
             res, marks = self._graphed_draft(prep, draft, (taps, ids, pos, n, bonus), timer, key)
