@@ -403,11 +403,11 @@ class SpecDecoder:
                               temperature=cfg.temperature, generator=gen, backend=cfg.kernel_backend, batch=batch,
                               forward=forward)
 
-        decode = not first and ids.shape[1] == cfg.k + 1  # decode-step shapes are worth a graph
+        decode = ids.shape[1] == cfg.k + 1  # decode-step shapes are worth a graph
         padded_first = (first and cfg.first_draft_graphs and ids.shape[1] == padded_prefill_width(ids.shape[1], max_len)
                         and ids.numel() <= min(PREFILL_GRAPH_TOKENS, step.PREFILL_CHUNK_TOKENS))  # as _prefill's
         if self.use_graphs and cfg.temperature == 0 and (decode or padded_first):
-            key = ("first-draft" if first else "draft", tuple(ids.shape))
+            key = ("draft" if decode else "first-draft", tuple(ids.shape))
             res, marks = self._graphed_draft(prep, draft, (taps, ids, pos, n, bonus), timer, key)
         else:
             m0 = timer.mark() if timer else None
