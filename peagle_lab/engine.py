@@ -338,7 +338,7 @@ class SpecDecoder:
                          cfg.kernel_backend)
 
     def _prefill(self, ids: torch.Tensor, pos: torch.Tensor, lens: torch.Tensor, cache, max_len: int,
-                 taps: bool) -> tuple[step.TargetOutput, torch.Tensor, torch.Tensor]:
+                 taps: bool) -> tuple[step.TargetOutput, torch.Tensor, torch.Tensor, bool]:
         """The target over the padded prompts (``step.prefill``); with ``prefill_graphs``, at a padded shape.
 
         The width is padded to a multiple of ``PREFILL_ALIGN`` (the padding writes no KV and
@@ -348,16 +348,16 @@ class SpecDecoder:
         not its arithmetic, set its time. Prefills over ``PREFILL_GRAPH_TOKENS`` tokens are
         compute-bound and stay eager (each graph keeps its taps, c × width × 3H, allocated).
 
-        Returns the output with the ids and positions the first draft reads: with
-        ``first_draft_graphs`` and a padded prefill, all at the padded width (the padding slots
-        lie past every request's prompt, where a ragged batch's shorter rows already end), else
-        at the prompts' own width.
+        Returns the output with the ids and positions the first draft reads, and whether that
+        draft may replay as a graph: with ``first_draft_graphs`` and a padded prefill, all at the
+        padded width (the padding slots lie past every request's prompt, where a ragged batch's
+        shorter rows already end) and True; else at the prompts' own width and False.
         """
         c, T = ids.shape
         tb = padded_prefill_width(T, max_len)
         padded = self.use_graphs if self.config.prefill_graphs == "auto" else self.config.prefill_graphs
         if not padded or c * tb > min(PREFILL_GRAPH_TOKENS, step.PREFILL_CHUNK_TOKENS):
-            return step.prefill(self.target, ids, pos, lens, cache, max_len, taps=taps), ids, pos
+            return step.prefill(self.target, ids, pos, lens, cache, max_len, taps=taps), ids, pos, False
         ids = torch.nn.functional.pad(ids, (0, tb - T))
 
         def fn(ids, lens):  # positions made inside, so a captured graph owns them
@@ -372,8 +372,8 @@ class SpecDecoder:
         else:
             logits, tap = fn(ids, lens)
         if self.config.first_draft_graphs:
-            return step.TargetOutput(logits, tap, None), ids, torch.arange(tb, device=ids.device).expand(c, tb)
-        return step.TargetOutput(logits, tap[:, :T] if taps else None, None), ids[:, :T], pos
+            return step.TargetOutput(logits, tap, None), ids, torch.arange(tb, device=ids.device).expand(c, tb), True
+        return step.TargetOutput(logits, tap[:, :T] if taps else None, None), ids[:, :T], pos, False
 
     def _drafter_forward(self, cache, ids, hidden, pos, slots, rows):
         if not self.use_graphs:
@@ -386,7 +386,7 @@ class SpecDecoder:
         return self._graphs.run(key, fn, ids, hidden, pos, slots, *extra)
 
     def _draft(self, cache, taps, ids, pos, n, bonus, max_len, gen, timer: "Timer | None" = None,
-               first: bool = False):
+               graph_first: bool = False):
         """``step.prepare_draft`` (timed as "prep") then ``step.draft``; returns (result, marks).
 
         On CUDA at temperature 0, decode steps replay two graphs (prep, then every drafter
@@ -403,10 +403,8 @@ class SpecDecoder:
                               temperature=cfg.temperature, generator=gen, backend=cfg.kernel_backend, batch=batch,
                               forward=forward)
 
-        decode = ids.shape[1] == cfg.k + 1  # decode-step shapes are worth a graph
-        padded_first = (first and cfg.first_draft_graphs and ids.shape[1] == padded_prefill_width(ids.shape[1], max_len)
-                        and ids.numel() <= min(PREFILL_GRAPH_TOKENS, step.PREFILL_CHUNK_TOKENS))  # as _prefill's
-        if self.use_graphs and cfg.temperature == 0 and (decode or padded_first):
+        decode = ids.shape[1] == cfg.k + 1  # decode-step shapes are worth a graph, and a padded first draft
+        if self.use_graphs and cfg.temperature == 0 and (decode or graph_first):
             key = ("draft" if decode else "first-draft", tuple(ids.shape))
             res, marks = self._graphed_draft(prep, draft, (taps, ids, pos, n, bonus), timer, key)
         else:
@@ -460,9 +458,10 @@ class SpecDecoder:
 
         t0 = time.perf_counter()
         ids, pos, lens = step.pad_prompts(prompts, dev)
-        out, ids, pos = self._prefill(ids, pos, lens, cache_t, max_len, K > 0)
+        out, ids, pos, graph_first = self._prefill(ids, pos, lens, cache_t, max_len, K > 0)
         nxt = step.sample(out.logits[:, 0], cfg.temperature, gen)
-        draft = self._draft(cache_d, out.taps, ids, pos, lens - 1, nxt, max_len, gen, first=True)[0] if K else None
+        draft = self._draft(cache_d, out.taps, ids, pos, lens - 1, nxt, max_len, gen,
+                            graph_first=graph_first)[0] if K else None
         outputs = [[t] for t in nxt.tolist()]
         done = [step.finished(o, eos, max_new) for o in outputs]
         # start: the position of each request's newest token (not yet processed by the target)

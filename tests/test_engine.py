@@ -100,8 +100,8 @@ def oracle_drafts(engine, truth, corrupt_every: int):
     real = engine._draft
     calls = {"n": 0}
 
-    def fake(cache, taps, ids, pos, n, bonus, max_len, gen, timer=None, first=False):
-        res, marks = real(cache, taps, ids, pos, n, bonus, max_len, gen, timer, first)
+    def fake(cache, taps, ids, pos, n, bonus, max_len, gen, timer=None, graph_first=False):
+        res, marks = real(cache, taps, ids, pos, n, bonus, max_len, gen, timer, graph_first)
         k = res.tokens.shape[1]
         # the new token sits at position pos[:, 0] + n + 1 = prompt length + outputs so far - 1
         start = pos[:, 0] + n + 2 - torch.tensor([len(p) for p in PROMPTS], device=pos.device)
