@@ -123,8 +123,8 @@ def sweep_config(args) -> SweepConfig:
 def _with_window(drafters: dict, notes: dict, value: str | None) -> None:
     """Apply ``--draft-window`` to every drafter and record each one's window in the notes."""
     window = parse_window(value, "--draft-window")
-    for d in drafters.values():
-        if window is not False:
+    if window is not False:
+        for d in drafters.values():
             d.config = dataclasses.replace(d.config, sliding_window=window)
     notes["draft_window"] = {m: d.config.sliding_window for m, d in drafters.items()}
 

@@ -35,9 +35,7 @@ def head_config_dict(cfg: DrafterConfig, verifier: str = "SmolLM2-135M-Instruct"
              "num_hidden_layers": cfg.num_hidden_layers, "vocab_size": cfg.vocab_size, "hidden_act": "silu",
              "tie_word_embeddings": False, "attention_bias": False, "mlp_bias": False}
     layer.update({f: getattr(cfg, f) for f in _DRAFTER_FIELDS})
-    if cfg.sliding_window is not None:  # the keys vLLM's Llama layers read (layer_types per draft layer)
-        layer["sliding_window"] = cfg.sliding_window
-        layer["layer_types"] = ["sliding_attention"] * cfg.num_hidden_layers
+    layer.update(window_keys(cfg))
     d = {
         "architectures": ["PEagleSpeculator" if cfg.method == "peagle" else "Eagle3Speculator"],
         "speculators_model_type": cfg.method,
@@ -132,6 +130,18 @@ def mask_token_id_of(d: dict) -> int | None:
         if d.get(key) is not None:
             return int(d[key])
     return None
+
+
+def window_keys(cfg: DrafterConfig) -> dict:
+    """The layer-config keys of the drafting window, as transformers and vLLM's Llama layers read them
+    (``layer_types`` marks each draft layer); none without a window. ``sliding_window_of`` reads them back.
+
+    >>> window_keys(DrafterConfig(method="eagle3", num_hidden_layers=2, sliding_window=512))
+    {'sliding_window': 512, 'layer_types': ['sliding_attention', 'sliding_attention']}
+    """
+    if cfg.sliding_window is None:
+        return {}
+    return {"sliding_window": cfg.sliding_window, "layer_types": ["sliding_attention"] * cfg.num_hidden_layers}
 
 
 def sliding_window_of(layer: dict, num_layers: int, source: str) -> int | None:

@@ -45,15 +45,10 @@ def _switches() -> dict:
     return {"norm_before_fc": False, "fc_norm": False, "norm_output": False}
 
 
-def _window(cfg) -> dict:
-    # The drafting window, as vLLM's Llama layers read it: layer_types marks each draft layer.
-    if cfg.sliding_window is None:
-        return {}
-    return {"sliding_window": cfg.sliding_window, "layer_types": ["sliding_attention"] * cfg.num_hidden_layers}
-
-
 def vllm_config_dict(drafter: Drafter, k: int) -> dict:
     """The flat ``LlamaForCausalLMEagle3`` config.json for ``drafter`` (layout "vllm")."""
+    from ..heads.io import window_keys
+
     cfg = drafter.config
     taps = list(cfg.aux_layer_ids)
     d = {
@@ -65,7 +60,7 @@ def vllm_config_dict(drafter: Drafter, k: int) -> dict:
         "max_position_embeddings": cfg.max_position_embeddings, "vocab_size": cfg.vocab_size,
         "draft_vocab_size": cfg.draft_vocab_size, "target_hidden_size": cfg.hidden_size,
         "tie_word_embeddings": False, "attention_bias": False, "mlp_bias": False,
-        **_window(cfg),
+        **window_keys(cfg),
         "eagle_aux_hidden_state_layer_ids": taps, "num_aux_hidden_states": len(taps),
         "eagle_config": {"use_aux_hidden_state": True, "eagle_aux_hidden_state_layer_ids": taps,
                          "norm_before_fc": False},
