@@ -8,6 +8,7 @@ DRAFTER_METHODS = ("eagle3", "peagle")
 MAX_K = 16
 BACKENDS = ("auto", "torch", "triton")
 COMPILE_MODES = ("auto", "on", "off")  # torch.compile: "auto" = on CUDA
+DECODE_ATTENTION = ("auto", "triton", "sdpa")  # SpecConfig.decode_attention: "auto" = triton on CUDA
 # SmolLM2's `<empty_output>` (id 16): a special token that never occurs in chat text, so
 # giving it a learned embedding for the mask slots cannot disturb real context tokens.
 DEFAULT_MASK_TOKEN_ID = 16
@@ -45,6 +46,10 @@ class SpecConfig:
     first_draft_graphs: bool = False
     # torch.compile the decode-step forwards (target and drafter): "auto" (on CUDA), "on" or "off"
     compile: str = "auto"
+    # attention of the decode steps (T <= 17 queries a request) over the KV caches: "triton" (the
+    # split-KV kernel of peagle_lab.kernels.decode_attention; on a CPU in Triton's interpreter, for
+    # tests), "sdpa" (PyTorch's scaled_dot_product_attention) or "auto" (triton on CUDA, sdpa elsewhere)
+    decode_attention: str = "auto"
 
     def __post_init__(self) -> None:
         check_choice("method", self.method, METHODS)
@@ -61,6 +66,7 @@ class SpecConfig:
         if not isinstance(self.prefill_graphs, bool) and self.prefill_graphs != "auto":
             raise ValueError(f"prefill_graphs={self.prefill_graphs!r} must be True, False or 'auto'")
         check_choice("compile", self.compile, COMPILE_MODES)
+        check_choice("decode_attention", self.decode_attention, DECODE_ATTENTION)
 
     @property
     def parallel_drafting(self) -> bool:

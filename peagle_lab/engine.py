@@ -37,6 +37,7 @@ from .acceptance import acceptance_length, per_position_acceptance
 from .config import SpecConfig
 from .drafter import Drafter, check_drafter_fits
 from .drafting import DraftResult, run_drafter
+from .kernels.backend import resolve as resolve_backend
 from .models.llama import LlamaModel, call_layer, fuse_projections
 
 
@@ -180,6 +181,22 @@ def compiled(fn):
     return torch.compile(fn, fullgraph=True, dynamic=True)
 
 
+def decode_attention_fn(choice: str, device: torch.device):
+    """The decode steps' attention for ``SpecConfig.decode_attention``: the Triton op, or None (SDPA).
+
+    "auto" takes the split-KV kernel on CUDA (on the H200 it replaced cuDNN's prefill kernel, which
+    SDPA picks for T > 1 with a mask) and SDPA elsewhere; "triton" on a CPU runs Triton's
+    interpreter (for tests; ValueError where that cannot run).
+    """
+    if choice == "sdpa" or (choice == "auto" and device.type != "cuda"):
+        return None
+    if resolve_backend("auto" if choice == "auto" else "triton", device) != "triton":
+        return None  # "auto" on CUDA without the triton package
+    from .kernels import decode_attention
+
+    return torch.ops.peagle_lab.decode_attention.default if decode_attention.decode_attention_op else None
+
+
 class CudaGraphs:
     """CUDA graphs captured per key (an input shape); ``run`` copies inputs into static buffers.
 
@@ -252,6 +269,7 @@ class SpecDecoder:
         # batch, stays eager: compiled with symbolic widths it measured slower on the H200 (K sweep
         # at 087f672, c = 1: 25-40 ms a request against 18-25 ms eager at f2401ec).
         self._layer_fn = compiled(call_layer) if self.compiled else None
+        self.decode_attention = decode_attention_fn(config.decode_attention, self.device)
         self._graphs = CudaGraphs()
         self._prefill_graphs = CudaGraphs()  # SpecConfig.prefill_graphs: one per padded prompt shape
         self._cache_t = self._cache_d = None
@@ -296,9 +314,11 @@ class SpecDecoder:
             if self.device.type == "cuda":
                 torch.cuda.empty_cache()
             self._cache_t = self.target.allocate_cache(c, max_len)
+            self._cache_t.decode_attention = self.decode_attention
             self.cache_allocations += 1
             if self.config.k:
                 self._cache_d = self.drafter.allocate_cache(c, max_len)
+                self._cache_d.decode_attention = self.decode_attention
         return self._cache_t, self._cache_d
 
     # ------------------------------------------------------------------ forwards

@@ -132,9 +132,11 @@ def test_draft_window_and_eager_prefill_flags_reach_the_run(tmp_path):
     res = read_json(out / "bench.json")
     assert res.config["draft_window"] == {"eagle3": 3, "peagle": 3} and res.config["prefill_graphs"] is False
     assert res.config["first_draft_graphs"] is False
-    assert bench_main([*argv, "--prefill-graphs", "--first-draft-graphs"]) == 0
+    assert res.config["decode_attention"] == "auto"
+    assert bench_main([*argv, "--prefill-graphs", "--first-draft-graphs", "--decode-attention", "sdpa"]) == 0
     res = read_json(out / "bench.json")
     assert res.config["prefill_graphs"] is True and res.config["first_draft_graphs"] is True
+    assert res.config["decode_attention"] == "sdpa"
     assert bench_main([*argv, "--draft-window", "none"]) == 0
     res = read_json(out / "bench.json")
     assert res.config["draft_window"] == {"eagle3": None, "peagle": None} and res.config["prefill_graphs"] == "auto"

@@ -23,7 +23,7 @@ import time
 from dataclasses import fields
 from pathlib import Path
 
-from ..config import COMPILE_MODES, METHODS, parse_window
+from ..config import COMPILE_MODES, DECODE_ATTENTION, METHODS, parse_window
 from ..devices import DTYPES, resolve_device, resolve_dtype
 from .schema import write_csv, write_json
 from .sweep import SweepConfig, run_sweep
@@ -78,6 +78,8 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
                    help="override the heads' drafting attention window (sliding_window): N positions, or none")
     p.add_argument("--compile", choices=COMPILE_MODES,
                    help="torch.compile the decode step (default auto: on CUDA)")
+    p.add_argument("--decode-attention", choices=DECODE_ATTENTION,
+                   help="decode steps' attention: triton (split-KV kernel), sdpa, or auto (default: triton on CUDA)")
     p.add_argument("--kernel-backend", choices=["auto", "torch", "triton"],
                    help="draft-batch kernels (default auto: Triton on CUDA, PyTorch on CPU)")
     p.add_argument("--model", help="a HF folder or .gguf (default: the embedded SmolLM2)")

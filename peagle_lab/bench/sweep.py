@@ -56,6 +56,7 @@ class SweepConfig:
     prefill_graphs: bool | str = "auto"  # SpecConfig.prefill_graphs: "auto" = graphed where CUDA graphs run
     first_draft_graphs: bool = False  # SpecConfig.first_draft_graphs (measure it against the eager first draft)
     compile: str = "auto"  # torch.compile the decode step: "auto" (on CUDA), "on" or "off"
+    decode_attention: str = "auto"  # SpecConfig.decode_attention: "auto" (the Triton kernel on CUDA), "triton", "sdpa"
     kernel_backend: str = "auto"  # draft-batch kernels: "auto" (Triton on CUDA), "torch" or "triton"
     max_batch_tokens: int | None = None  # skip cells whose KV block c·(prompt + new) exceeds this
     long_context_tokens: tuple[int, int] = (2048, 7680)  # long-context excerpt lengths
@@ -281,7 +282,7 @@ def _cell(target, drafters: dict, cell: Cell, prompts: list[Prompt], cfg: SweepC
     spec = SpecConfig(method=cell.method, num_speculative_tokens=max(k, 1), temperature=cfg.temperature,
                       max_new_tokens=cfg.max_new_tokens, seed=cfg.seed, cuda_graphs=cfg.cuda_graphs,
                       prefill_graphs=cfg.prefill_graphs, first_draft_graphs=cfg.first_draft_graphs,
-                      compile=cfg.compile, kernel_backend=cfg.kernel_backend)
+                      compile=cfg.compile, kernel_backend=cfg.kernel_backend, decode_attention=cfg.decode_attention)
     engine = SpecDecoder(target, drafters.get(cell.method), spec)
     try:
         engine.reserve(c, need)  # caches sized once: no timed pass regrows them (and drops graphs)

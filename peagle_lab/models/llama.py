@@ -143,6 +143,10 @@ class KVCache:
     v: list[torch.Tensor]
     max_batch: int
     max_len: int
+    # attention of decode-shaped queries (T <= PREFILL_QUERIES) over this cache, called as
+    # ``fn(q, k, v, mask)`` like :func:`attend`; None: SDPA. The engine sets it from
+    # SpecConfig.decode_attention (the split-KV Triton kernel of peagle_lab.kernels.decode_attention).
+    decode_attention: object = None
 
     @classmethod
     def allocate(cls, num_layers: int, max_batch: int, max_len: int, num_kv_heads: int,
@@ -211,15 +215,18 @@ def attention_mask(positions: torch.Tensor, kv_positions: torch.Tensor, kv_valid
 PREFILL_QUERIES = 17
 
 
-def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask) -> torch.Tensor:
+def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask, decode=None) -> torch.Tensor:
     """Grouped-query attention of ``q`` [c, nh, T, hd] over ``k``/``v`` [c, nkv, S, hd].
 
     ``mask`` is a boolean ``[c, 1, T, S]`` (True = may attend) or a flex-attention
     ``BlockMask`` (training on a GPU: the block-sparse masks of ``peagle_lab.train.mask``,
-    where whole blocks that no query may see are skipped).
+    where whole blocks that no query may see are skipped). ``decode`` (a cache's
+    ``decode_attention``) takes the decode-shaped calls, T <= PREFILL_QUERIES with a boolean mask.
     """
     from torch.nn.attention.flex_attention import BlockMask
 
+    if decode is not None and not isinstance(mask, BlockMask) and q.shape[2] <= PREFILL_QUERIES:
+        return decode(q, k, v, mask)
     if isinstance(mask, BlockMask):
         return _flex_attention(q.is_cuda)(q, k, v, block_mask=mask, enable_gqa=True)
     if q.is_cuda and q.shape[2] > PREFILL_QUERIES and k.shape[1] != q.shape[1]:
@@ -327,7 +334,7 @@ class Attention(nn.Module):
             k, v = k.to(q.dtype), v.to(q.dtype)
         else:
             k, v = k.transpose(1, 2), v.transpose(1, 2)
-        y = attend(q.transpose(1, 2), k, v, ctx.mask)  # (c, nh, T, hd)
+        y = attend(q.transpose(1, 2), k, v, ctx.mask, ctx.decode_attention)  # (c, nh, T, hd)
         return self.o_proj(y.transpose(1, 2).reshape(c, T, self.nh * self.hd))
 
 
@@ -370,6 +377,7 @@ class LayerContext:
     cache: object = None  # a stand-in cache with write/read by layer (the EAGLE-3 trainer's ChainKV)
     layer: int = 0  # for the stand-in only
     slot_mapping: torch.Tensor | None = None  # for the stand-in only
+    decode_attention: object = None  # KVCache.decode_attention
 
 
 @dataclass
@@ -389,7 +397,8 @@ class AttnContext:
     def layer(self, i: int) -> LayerContext:
         """The context of layer ``i``."""
         if isinstance(self.cache, KVCache):
-            return LayerContext(self.mask, (self.cache.k[i], self.cache.v[i]), self.slots)
+            return LayerContext(self.mask, (self.cache.k[i], self.cache.v[i]), self.slots,
+                                decode_attention=self.cache.decode_attention)
         return LayerContext(self.mask, cache=self.cache, layer=i, slot_mapping=self.slot_mapping)
 
 

@@ -56,7 +56,8 @@ def kernel_table(engine: SpecDecoder, prompts, top: int) -> tuple[list[dict], in
 
 def run_case(target, drafter, method: str, k: int, c: int, prompt_len: int, new_tokens: int, top: int) -> dict:
     g = torch.Generator().manual_seed(prompt_len + c)
-    prompts = [[int(t) for t in torch.randint(0, target.config.vocab_size, (prompt_len,), generator=g)] for _ in range(c)]
+    vocab = target.config.vocab_size
+    prompts = [[int(t) for t in torch.randint(0, vocab, (prompt_len,), generator=g)] for _ in range(c)]
     row = {"method": method, "k": k if method != "baseline" else 0, "c": c, "prompt_len": prompt_len}
     for graphs in (True, False):
         cfg = SpecConfig(method=method, num_speculative_tokens=k, max_new_tokens=new_tokens, cuda_graphs=graphs)

@@ -1,0 +1,185 @@
+"""decode_attention: the split-KV kernel against its reference on ragged batches, the engine's use of it, validation."""
+from __future__ import annotations
+
+import math
+import os
+from unittest import mock
+
+import torch
+
+# The interpreter must be chosen before triton is imported (see test_kernels_fill_draft_hidden.py).
+if not torch.cuda.is_available():
+    os.environ["TRITON_INTERPRET"] = "1"
+
+import pytest  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+from peagle_lab.config import SpecConfig  # noqa: E402
+from peagle_lab.engine import SpecDecoder, decode_attention_fn  # noqa: E402
+from peagle_lab.kernels import decode_attention as da  # noqa: E402
+from peagle_lab.models.llama import attention_mask, read_kv  # noqa: E402
+from peagle_lab.testing import tiny_drafter, tiny_target  # noqa: E402
+
+INTERPRETING = os.environ.get("TRITON_INTERPRET") == "1"
+TARGETS = [
+    pytest.param("cpu", torch.float32, id="cpu-float32-interpreted", marks=pytest.mark.skipif(
+        not INTERPRETING, reason="CUDA present: the interpreter is off, the cuda cases run")),
+    pytest.param("cuda", torch.float32, id="cuda-float32", marks=pytest.mark.gpu),
+    pytest.param("cuda", torch.bfloat16, id="cuda-bfloat16", marks=pytest.mark.gpu),
+]
+TOL = {torch.float32: 2e-5, torch.bfloat16: 2e-2}
+
+# (c, nh, nkv, T, S, hd, window, num_splits): SmolLM2's 9 over 3 heads, MHA, other groupings,
+# T = 1 (plain), K + 1 (verify), 17 (the largest decode shape), one and several key splits.
+CASES = [
+    (3, 9, 3, 8, 150, 64, None, None),
+    (2, 9, 3, 1, 200, 64, None, 3),
+    (1, 9, 3, 17, 130, 64, None, 1),
+    (4, 4, 4, 1, 70, 16, None, 2),
+    (1, 6, 2, 5, 257, 32, 40, 4),
+    (5, 8, 2, 3, 64, 16, 7, None),
+]
+
+
+def _ragged(c, nh, nkv, T, S, hd, window, dtype, device, seed):
+    """Random q/k/v and a cache-style mask: request i holds lens[i] positions, its T queries the last ones."""
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(c, nh, T, hd, generator=g).to(device, dtype)
+    k = torch.randn(c, nkv, S, hd, generator=g).to(device, dtype)
+    v = torch.randn(c, nkv, S, hd, generator=g).to(device, dtype)
+    lens = torch.randint(T, S + 1, (c,), generator=g)
+    positions = (lens[:, None] - T + torch.arange(T)).to(device)
+    mask = attention_mask(positions, torch.arange(S, device=device).expand(c, -1), window=window)
+    return q, k, v, mask
+
+
+def test_the_reference_is_sdpa_with_grouped_heads():
+    q, k, v, mask = _ragged(3, 9, 3, 4, 90, 32, None, torch.float32, "cpu", 0)
+    want = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+    torch.testing.assert_close(da.decode_attention_ref(q, k, v, mask), want, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("device,dtype", TARGETS)
+@pytest.mark.parametrize("case", CASES, ids=lambda c: "c{}-h{}-kv{}-T{}-S{}-d{}-w{}-s{}".format(*c))
+def test_kernel_matches_the_reference_on_ragged_batches(device, dtype, case):
+    c, nh, nkv, T, S, hd, window, splits = case
+    for seed in range(2):
+        q, k, v, mask = _ragged(c, nh, nkv, T, S, hd, window, dtype, device, seed)
+        got = da.decode_attention(q, k, v, mask, backend="triton", num_splits=splits)
+        want = da.decode_attention_ref(q, k, v, mask)
+        assert got.dtype == dtype and got.shape == q.shape
+        torch.testing.assert_close(got.float(), want.float(), atol=TOL[dtype], rtol=TOL[dtype])
+
+
+@pytest.mark.parametrize("device,dtype", TARGETS)
+def test_kernel_reads_strided_cache_views_and_zeroes_rows_that_see_nothing(device, dtype):
+    """K/V as the engine hands them over (views of a flat cache); padding rows see no key."""
+    c, nh, nkv, T, max_len, hd = 3, 9, 3, 4, 96, 64
+    g = torch.Generator().manual_seed(5)
+    k_cache = torch.randn(c * max_len + 1, nkv, hd, generator=g).to(device, dtype)
+    v_cache = torch.randn(c * max_len + 1, nkv, hd, generator=g).to(device, dtype)
+    k, v = read_kv(k_cache, v_cache, c, max_len)
+    assert not k.is_contiguous()
+    q = torch.randn(c, nh, T, hd, generator=g).to(device, dtype)
+    positions = torch.tensor([[40, 41, 42, 43], [0, 1, 2, 3], [90, 91, 92, 93]], device=device)
+    valid = torch.ones(c, max_len, dtype=torch.bool, device=device)
+    valid[1] = False  # request 1 is padding: none of its queries may see anything
+    mask = attention_mask(positions, torch.arange(max_len, device=device).expand(c, -1), valid)
+    got = da.decode_attention(q, k, v, mask, backend="triton", num_splits=2)
+    torch.testing.assert_close(got.float(), da.decode_attention_ref(q, k, v, mask).float(),
+                               atol=TOL[dtype], rtol=TOL[dtype])
+    assert torch.count_nonzero(got[1]) == 0 and torch.count_nonzero(got[0]) > 0
+
+
+def test_num_splits_give_a_gpu_enough_programs_and_never_an_empty_split():
+    assert da.num_splits_for(1, 3, 6144, "cpu") == 2  # 8 programs wanted in the interpreter
+    assert da.num_splits_for(1, 1, 6144, "cpu") == 8
+    assert da.num_splits_for(64, 3, 6144, "cpu") == 1
+    assert da.num_splits_for(1, 1, 100, "cpu") == 2  # two key blocks: at most two splits
+    if not INTERPRETING:
+        return
+    for S, splits in ((1, 3), (63, 1), (64, 2), (65, 8), (1000, 5)):  # more splits than key blocks too
+        q, k, v, mask = _ragged(1, 2, 1, 1, S, 16, None, torch.float32, "cpu", S)
+        got = da.decode_attention(q, k, v, mask, backend="triton", num_splits=splits)
+        torch.testing.assert_close(got, da.decode_attention_ref(q, k, v, mask), atol=2e-5, rtol=2e-5)
+
+
+@pytest.mark.parametrize("bad,match", [
+    (lambda q, k, v, m: (q[0], k, v, m), "q must be a 4-D float tensor"),
+    (lambda q, k, v, m: (q.long(), k, v, m), "q must be a 4-D float tensor"),
+    (lambda q, k, v, m: (q, k[:, :, :5], v, m), "k and v must be"),
+    (lambda q, k, v, m: (q, k.double(), v.double(), m), "share one dtype"),
+    (lambda q, k, v, m: (q[:, :8], k, v, m), "8 heads must be a multiple of k's 3"),
+    (lambda q, k, v, m: (q, k, v, m.float()), "mask must be a bool tensor"),
+    (lambda q, k, v, m: (q, k, v, m[:, :, :1]), r"mask must be a bool tensor \[c, 1, T, S\] = \[2, 1, 4, 40\]"),
+])
+def test_bad_inputs_name_the_value_and_what_was_expected(bad, match):
+    args = bad(*_ragged(2, 9, 3, 4, 40, 16, None, torch.float32, "cpu", 0))
+    with pytest.raises(ValueError, match=match):
+        da.decode_attention(*args, backend="torch")
+
+
+def test_shapes_the_kernel_does_not_take_are_refused_clearly():
+    q, k, v, mask = _ragged(1, 9, 3, 4, 40, 24, None, torch.float32, "cpu", 0)
+    with pytest.raises(ValueError, match="head_dim=24: expected a power of two"):
+        da.decode_attention(q, k, v, mask, backend="torch")
+    q, k, v, mask = _ragged(1, 32, 1, 5, 40, 16, None, torch.float32, "cpu", 0)
+    da.decode_attention(q, k, v, mask, backend="torch")  # the reference takes any number of rows
+    if INTERPRETING:
+        with pytest.raises(ValueError, match="32 query heads per K/V head × T=5 tokens = 160 rows"):
+            da.decode_attention(q, k, v, mask, backend="triton")
+    q, k, v, mask = _ragged(1, 9, 3, 4, 40, 16, None, torch.float32, "cpu", 0)
+    with pytest.raises(ValueError, match="num_splits=0"):
+        da.decode_attention(q, k, v, mask, backend="torch", num_splits=0)
+
+
+@pytest.mark.skipif(not INTERPRETING, reason="the op's SDPA fallback, checked where the interpreter runs")
+def test_the_op_takes_sdpa_for_more_rows_than_one_program_holds():
+    q, k, v, mask = _ragged(2, 32, 1, 5, 40, 16, None, torch.float32, "cpu", 0)
+    torch.testing.assert_close(torch.ops.peagle_lab.decode_attention.default(q, k, v, mask),
+                               da.decode_attention_ref(q, k, v, mask), atol=1e-5, rtol=1e-5)
+
+
+def test_spec_config_and_the_engine_choose_the_attention():
+    with pytest.raises(ValueError, match="decode_attention='flash' is not one of 'auto', 'triton', 'sdpa'"):
+        SpecConfig(decode_attention="flash")
+    cpu = torch.device("cpu")
+    assert decode_attention_fn("auto", cpu) is None and decode_attention_fn("sdpa", cpu) is None
+    if INTERPRETING:
+        assert decode_attention_fn("triton", cpu) is torch.ops.peagle_lab.decode_attention.default
+
+
+@pytest.mark.skipif(not INTERPRETING, reason="the engine on a CPU through the interpreted kernel")
+@pytest.mark.parametrize("method", ["peagle", "eagle3"])
+def test_engine_with_the_kernel_is_lossless_and_really_calls_it(method):
+    """Float32 speculative output through the kernel equals plain greedy output (through SDPA)."""
+    target = tiny_target()
+    drafter = tiny_drafter(target, method, num_hidden_layers=2 if method == "peagle" else 1)
+    prompts = [[1, 5, 7, 9, 3], [4, 4, 2], list(range(8, 30))]
+    plain = SpecDecoder(target, None, SpecConfig(method="baseline", max_new_tokens=10, decode_attention="sdpa"))
+    want = plain.generate(prompts, eos_token_ids=()).tokens
+    calls = []
+    real = da._launch
+
+    def counting(q, *args):
+        calls.append(tuple(q.shape))
+        return real(q, *args)
+
+    cfg = SpecConfig(method=method, num_speculative_tokens=3, max_new_tokens=10, decode_attention="triton",
+                     compile="off")
+    with mock.patch.object(da, "_launch", counting):
+        got = SpecDecoder(target, drafter, cfg).generate(prompts, eos_token_ids=()).tokens
+    assert got == want
+    assert {shape[2] for shape in calls} >= {4}  # verify steps (T = K + 1) went through the kernel
+    assert len(calls) >= 10 * target.config.num_hidden_layers / 3
+
+
+def test_scale_is_sdpa_default():
+    """The kernel and the reference scale scores by 1/sqrt(head_dim), SDPA's default."""
+    q = torch.ones(1, 1, 1, 16)
+    k = torch.zeros(1, 1, 2, 16)
+    k[0, 0, 0] = 1.0
+    v = torch.eye(2).view(1, 1, 2, 2).repeat(1, 1, 1, 8)
+    mask = torch.ones(1, 1, 1, 2, dtype=torch.bool)
+    w0 = 1 / (1 + math.exp(-16 / math.sqrt(16)))  # softmax of scores (4, 0)
+    assert da.decode_attention_ref(q, k, v, mask)[0, 0, 0, 0].item() == pytest.approx(w0, abs=1e-6)
