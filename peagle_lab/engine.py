@@ -182,19 +182,20 @@ def compiled(fn):
 
 
 def decode_attention_fn(choice: str, device: torch.device):
-    """The decode steps' attention for ``SpecConfig.decode_attention``: the Triton op, or None (SDPA).
+    """The decode steps' attention for ``SpecConfig.decode_attention``: a kernel function, or None (SDPA).
 
-    "auto" takes the split-KV kernel on CUDA (on the H200 it replaced cuDNN's prefill kernel, which
-    SDPA picks for T > 1 with a mask) and SDPA elsewhere; "triton" on a CPU runs Triton's
-    interpreter (for tests; ValueError where that cannot run).
+    "auto" on CUDA takes the split-KV kernel for T > 1 query tokens a request and SDPA for T = 1
+    (``kernels.decode_attention.multi_query_attention``: the faster of the two at each, on the H200);
+    elsewhere SDPA. "triton" takes the kernel for every decode shape (on a CPU in Triton's
+    interpreter, for tests; ValueError where that cannot run). "sdpa": SDPA throughout.
     """
     if choice == "sdpa" or (choice == "auto" and device.type != "cuda"):
         return None
     if resolve_backend("auto" if choice == "auto" else "triton", device) != "triton":
         return None  # "auto" on CUDA without the triton package
-    from .kernels import decode_attention
+    from .kernels import decode_attention as kernels
 
-    return torch.ops.peagle_lab.decode_attention.default if decode_attention.decode_attention_op else None
+    return torch.ops.peagle_lab.decode_attention.default if choice == "triton" else kernels.multi_query_attention
 
 
 class CudaGraphs:

@@ -131,12 +131,13 @@ def test_draft_window_and_eager_prefill_flags_reach_the_run(tmp_path):
     assert bench_main([*argv, "--draft-window", "3", "--eager-prefill"]) == 0
     res = read_json(out / "bench.json")
     assert res.config["draft_window"] == {"eagle3": 3, "peagle": 3} and res.config["prefill_graphs"] is False
-    assert res.config["first_draft_graphs"] is False
-    assert res.config["decode_attention"] == "auto"
-    assert bench_main([*argv, "--prefill-graphs", "--first-draft-graphs", "--decode-attention", "sdpa"]) == 0
+    assert res.config["first_draft_graphs"] is True and res.config["decode_attention"] == "auto"
+    assert bench_main([*argv, "--prefill-graphs", "--eager-first-draft", "--decode-attention", "sdpa"]) == 0
     res = read_json(out / "bench.json")
-    assert res.config["prefill_graphs"] is True and res.config["first_draft_graphs"] is True
+    assert res.config["prefill_graphs"] is True and res.config["first_draft_graphs"] is False
     assert res.config["decode_attention"] == "sdpa"
+    with pytest.raises(SystemExit):
+        bench_main([*argv, "--first-draft-graphs", "--eager-first-draft"])
     assert bench_main([*argv, "--draft-window", "none"]) == 0
     res = read_json(out / "bench.json")
     assert res.config["draft_window"] == {"eagle3": None, "peagle": None} and res.config["prefill_graphs"] == "auto"

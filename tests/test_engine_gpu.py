@@ -101,8 +101,8 @@ def test_triton_kernels_are_the_default_on_cuda(monkeypatch):
 
 @pytest.mark.parametrize("method", ["eagle3", "peagle"])
 def test_decode_attention_kernel_is_the_default_lossless_and_runs_in_the_graphs(method, monkeypatch):
-    """SpecConfig.decode_attention: "auto" takes the Triton op on CUDA; float32 output through it
-    equals plain greedy output through SDPA, graphed and compiled, on a first and a second call."""
+    """SpecConfig.decode_attention: "auto" on CUDA takes the Triton op for T > 1; float32 output through
+    it equals plain greedy output through SDPA, graphed and compiled, on a first and a second call."""
     import peagle_lab.kernels.decode_attention as da
 
     t = cuda_target()
@@ -112,7 +112,7 @@ def test_decode_attention_kernel_is_the_default_lossless_and_runs_in_the_graphs(
     real = da._launch
     monkeypatch.setattr(da, "_launch", lambda q, *a: calls.append(q.shape[2]) or real(q, *a))
     engine = SpecDecoder(t, d, SpecConfig(method=method, num_speculative_tokens=4, max_new_tokens=32))
-    assert engine.decode_attention is torch.ops.peagle_lab.decode_attention.default
+    assert engine.decode_attention is da.multi_query_attention
     assert engine.generate(PROMPTS).tokens == want
     assert 5 in calls  # the verify steps (T = K + 1) were captured through the kernel
     assert engine.generate(PROMPTS).tokens == want  # the graphs replay it

@@ -147,6 +147,31 @@ def test_spec_config_and_the_engine_choose_the_attention():
     assert decode_attention_fn("auto", cpu) is None and decode_attention_fn("sdpa", cpu) is None
     if INTERPRETING:
         assert decode_attention_fn("triton", cpu) is torch.ops.peagle_lab.decode_attention.default
+    if torch.cuda.is_available():
+        assert decode_attention_fn("auto", torch.device("cuda")) is da.multi_query_attention
+
+
+@pytest.mark.skipif(not INTERPRETING, reason="the routing checked where the interpreter runs")
+@pytest.mark.parametrize("compiled", [False, True])
+def test_auto_takes_the_kernel_for_several_queries_and_sdpa_for_one(compiled):
+    """SpecConfig.decode_attention="auto" on CUDA: T > 1 through the kernel, T = 1 through SDPA, also
+    when traced by torch.compile inside llama.attend (as the engine's compiled layers call it)."""
+    from peagle_lab.models.llama import attend
+
+    fn = torch.compile(attend, fullgraph=True, dynamic=True) if compiled else attend
+    calls = []
+    real = da._launch
+
+    def counting(q, *args):
+        calls.append(q.shape[2])
+        return real(q, *args)
+
+    with mock.patch.object(da, "_launch", counting):
+        for T in (1, 3):
+            q, k, v, mask = _ragged(2, 9, 3, T, 80, 16, None, torch.float32, "cpu", T)
+            got = fn(q, k, v, mask, da.multi_query_attention)
+            torch.testing.assert_close(got, da.decode_attention_ref(q, k, v, mask), atol=2e-5, rtol=2e-5)
+    assert calls == [3]
 
 
 @pytest.mark.skipif(not INTERPRETING, reason="the engine on a CPU through the interpreted kernel")

@@ -72,8 +72,11 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
                    help="prefill at padded widths, a CUDA graph per shape (default on CUDA; on a CPU: pad only)")
     p.add_argument("--eager-prefill", action="store_true",
                    help="prefill eagerly at the prompts' own width (SpecConfig.prefill_graphs=False)")
-    p.add_argument("--first-draft-graphs", action="store_const", const=True, default=None,
-                   help="the first draft after a graphed prefill as one CUDA graph per padded shape")
+    first = p.add_mutually_exclusive_group()
+    first.add_argument("--first-draft-graphs", action="store_const", const=True, default=None,
+                       help="the first draft after a graphed prefill as one CUDA graph per padded shape (default)")
+    first.add_argument("--eager-first-draft", dest="first_draft_graphs", action="store_const", const=False,
+                       help="the first draft eagerly at the prompts' own width (SpecConfig.first_draft_graphs=False)")
     p.add_argument("--draft-window", metavar="N|none",
                    help="override the heads' drafting attention window (sliding_window): N positions, or none")
     p.add_argument("--compile", choices=COMPILE_MODES,

@@ -54,7 +54,7 @@ class SweepConfig:
     seed: int = 0  # prompt selection and sampling
     cuda_graphs: bool = True
     prefill_graphs: bool | str = "auto"  # SpecConfig.prefill_graphs: "auto" = graphed where CUDA graphs run
-    first_draft_graphs: bool = False  # SpecConfig.first_draft_graphs (measure it against the eager first draft)
+    first_draft_graphs: bool = True  # SpecConfig.first_draft_graphs: False drafts the first draft eagerly
     compile: str = "auto"  # torch.compile the decode step: "auto" (on CUDA), "on" or "off"
     decode_attention: str = "auto"  # SpecConfig.decode_attention: "auto" (the Triton kernel on CUDA), "triton", "sdpa"
     kernel_backend: str = "auto"  # draft-batch kernels: "auto" (Triton on CUDA), "torch" or "triton"

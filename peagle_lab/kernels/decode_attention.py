@@ -39,7 +39,7 @@ from .backend import resolve, triton
 if triton is not None:
     import triton.language as tl
 
-__all__ = ["MAX_ROWS", "decode_attention", "decode_attention_op", "decode_attention_ref"]
+__all__ = ["MAX_ROWS", "decode_attention", "decode_attention_op", "decode_attention_ref", "multi_query_attention"]
 
 MAX_ROWS = 128  # REP·T query rows of one program (SmolLM2: 3 × 17 = 51 at most)
 BLOCK_N = 64  # keys per loop step
@@ -276,3 +276,17 @@ if triton is not None:
         return torch.empty_like(q)
 else:  # pragma: no cover - Triton ships Linux wheels only
     decode_attention_op = None
+
+
+def multi_query_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """The kernel for decode calls of T > 1 query tokens a request, SDPA for T = 1.
+
+    ``SpecConfig.decode_attention="auto"`` on CUDA. Measured on the H200 (4aa32a3, both K sweeps in one
+    call): every speculative cell ran faster through the kernel (verify steps 0.1 ms faster at c = 1,
+    0.5 ms at c = 64, 2.3 ms on 2k-7k-token prompts), but plain decoding (T = 1), for which SDPA has a
+    split-KV decode path of its own (cuDNN's, with a reduction kernel), ran slower through it at c = 64
+    (1.53 against 1.46 ms a step on chat) and on long prompts (2.0 against 1.3 ms at c = 1).
+    """
+    if q.shape[2] == 1:
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+    return decode_attention_op(q, k, v, mask)
