@@ -45,6 +45,7 @@ def target():
     (dict(prefill_graphs=1), r"prefill_graphs=1 must be True, False or 'auto'"),
     (dict(prefill_graphs="on"), r"prefill_graphs='on' must be True, False or 'auto'"),
     (dict(first_draft_graphs="auto"), r"first_draft_graphs='auto' must be True or False"),
+    (dict(decode_attention="cudnn"), r"decode_attention='cudnn' is not one of 'auto', 'triton', 'sdpa'"),
     (dict(method=None), r"method=None is not one of"),
 ])
 def test_spec_config_wrong_types(kwargs, message):
