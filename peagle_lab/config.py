@@ -8,7 +8,7 @@ DRAFTER_METHODS = ("eagle3", "peagle")
 MAX_K = 16
 BACKENDS = ("auto", "torch", "triton")
 COMPILE_MODES = ("auto", "on", "off")  # torch.compile: "auto" = on CUDA
-DECODE_ATTENTION = ("auto", "triton", "sdpa")  # SpecConfig.decode_attention: "auto" = triton on CUDA
+DECODE_ATTENTION = ("auto", "triton", "sdpa")  # SpecConfig.decode_attention: "auto" = the kernel for T > 1 on CUDA
 # SmolLM2's `<empty_output>` (id 16): a special token that never occurs in chat text, so
 # giving it a learned embedding for the mask slots cannot disturb real context tokens.
 DEFAULT_MASK_TOKEN_ID = 16

@@ -82,7 +82,8 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--compile", choices=COMPILE_MODES,
                    help="torch.compile the decode step (default auto: on CUDA)")
     p.add_argument("--decode-attention", choices=DECODE_ATTENTION,
-                   help="decode steps' attention: triton (split-KV kernel), sdpa, or auto (default: triton on CUDA)")
+                   help="decode steps' attention: triton (split-KV kernel), sdpa, or auto "
+                        "(default: the kernel for T > 1 on CUDA)")
     p.add_argument("--kernel-backend", choices=["auto", "torch", "triton"],
                    help="draft-batch kernels (default auto: Triton on CUDA, PyTorch on CPU)")
     p.add_argument("--model", help="a HF folder or .gguf (default: the embedded SmolLM2)")

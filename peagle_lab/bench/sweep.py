@@ -56,7 +56,8 @@ class SweepConfig:
     prefill_graphs: bool | str = "auto"  # SpecConfig.prefill_graphs: "auto" = graphed where CUDA graphs run
     first_draft_graphs: bool = True  # SpecConfig.first_draft_graphs: False drafts the first draft eagerly
     compile: str = "auto"  # torch.compile the decode step: "auto" (on CUDA), "on" or "off"
-    decode_attention: str = "auto"  # SpecConfig.decode_attention: "auto" (the Triton kernel on CUDA), "triton", "sdpa"
+    # SpecConfig.decode_attention: "auto" (the kernel for T > 1 on CUDA), "triton" or "sdpa"
+    decode_attention: str = "auto"
     kernel_backend: str = "auto"  # draft-batch kernels: "auto" (Triton on CUDA), "torch" or "triton"
     max_batch_tokens: int | None = None  # skip cells whose KV block c·(prompt + new) exceeds this
     long_context_tokens: tuple[int, int] = (2048, 7680)  # long-context excerpt lengths

@@ -34,6 +34,7 @@ import math
 
 import torch
 
+from ..models.llama import attend
 from .backend import resolve, triton
 
 if triton is not None:
@@ -199,8 +200,13 @@ def num_splits_for(c: int, nkv: int, S: int, device: torch.device | str) -> int:
     >>> num_splits_for(1, 3, 6000, "cpu"), num_splits_for(64, 3, 6000, "cpu"), num_splits_for(1, 3, 50, "cpu")
     (2, 1, 1)
     """
-    blocks = -(-S // BLOCK_N)
+    blocks = -(-S // BLOCK_N)  # ceil(S / BLOCK_N), like triton.cdiv (this runs without Triton too)
     return max(1, min(blocks, _programs_wanted(torch.device(device)) // max(c * nkv, 1)))
+
+
+def _rows_per_program(q: torch.Tensor, k: torch.Tensor) -> int:
+    """Query rows of one program: the query heads that share a K/V head × the T tokens."""
+    return (q.shape[1] // k.shape[1]) * q.shape[2]
 
 
 def _launch(q, k, v, mask, num_splits: int | None) -> torch.Tensor:
@@ -211,8 +217,8 @@ def _launch(q, k, v, mask, num_splits: int | None) -> torch.Tensor:
     if out.numel() == 0:
         return out
     splits = num_splits or num_splits_for(c, nkv, S, q.device)
-    keys_per_split = -(-(-(-S // BLOCK_N)) // splits) * BLOCK_N  # whole key blocks per split
-    splits = -(-S // keys_per_split)
+    keys_per_split = triton.cdiv(triton.cdiv(S, BLOCK_N), splits) * BLOCK_N  # whole key blocks per split
+    splits = triton.cdiv(S, keys_per_split)  # no split left without keys
     block_m = max(16, triton.next_power_of_2(rep * T))
     acc = torch.empty(c * nkv, splits, block_m, hd, dtype=torch.float32, device=q.device)
     ml = torch.empty(c * nkv, splits, block_m, 2, dtype=torch.float32, device=q.device)
@@ -250,7 +256,7 @@ def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: to
         raise ValueError(f"num_splits={num_splits!r}: expected a positive int or None")
     if resolve(backend, q.device) == "torch":
         return decode_attention_ref(q, k, v, mask)
-    rows = (q.shape[1] // k.shape[1]) * q.shape[2]
+    rows = _rows_per_program(q, k)
     if rows > MAX_ROWS:
         raise ValueError(f"{q.shape[1] // k.shape[1]} query heads per K/V head × T={q.shape[2]} tokens = {rows} "
                          f"rows: the kernel takes at most {MAX_ROWS} (a decode step; use backend='torch' or SDPA)")
@@ -266,9 +272,9 @@ if triton is not None:
         More than ``MAX_ROWS`` query rows per K/V head (a model with many query heads per K/V head)
         take SDPA instead, so the op serves any decode shape.
         """
-        if q.dim() == 4 and k.dim() == 4 and k.shape[1] and (q.shape[1] // k.shape[1]) * q.shape[2] > MAX_ROWS:
-            return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
         _check_inputs(q, k, v, mask)
+        if _rows_per_program(q, k) > MAX_ROWS:
+            return attend(q, k, v, mask)  # the model's own path: SDPA
         return _launch(q, k, v, mask, None)
 
     @decode_attention_op.register_fake
@@ -288,5 +294,5 @@ def multi_query_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mas
     (1.53 against 1.46 ms a step on chat) and on long prompts (2.0 against 1.3 ms at c = 1).
     """
     if q.shape[2] == 1:
-        return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
-    return decode_attention_op(q, k, v, mask)
+        return attend(q, k, v, mask)  # the model's own path: SDPA
+    return torch.ops.peagle_lab.decode_attention.default(q, k, v, mask)
