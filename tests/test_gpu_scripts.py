@@ -17,3 +17,25 @@ def test_a_gpu_script_refuses_without_cuda(script):
     run = subprocess.run([sys.executable, f"scripts/gpu/{script}"], cwd=REPO, capture_output=True, text=True,
                          timeout=120, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
     assert run.returncode == 2 and run.stderr.strip() == f"{script}: needs CUDA"
+
+
+def test_decode_attention_script_names_a_bad_variant_and_times_an_earlier_kernel_file(tmp_path):
+    """--variants are checked before any GPU work; --baseline-kernel loads an earlier kernel file
+    beside today's, its custom op renamed so the two registrations do not clash."""
+    run = subprocess.run([sys.executable, "scripts/gpu/decode_attention_gpu.py", "--variants", "stages=0"],
+                         cwd=REPO, capture_output=True, text=True, timeout=120,
+                         env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+    assert run.returncode == 2 and "variant 'stages=0': expected comma-separated" in run.stderr
+    sys.path.insert(0, str(REPO / "scripts" / "gpu"))
+    try:
+        import decode_attention_gpu as script
+    finally:
+        sys.path.pop(0)
+    assert script.parse_variant("stages=1,splits=4") == {"num_stages": 1, "num_splits": 4}
+    baseline = script.load_baseline_kernel(str(REPO / "peagle_lab" / "kernels" / "decode_attention.py"))
+    assert hasattr(torch.ops.peagle_lab, "decode_attention_baseline")
+    q, k, v = torch.randn(1, 3, 2, 16), torch.randn(1, 1, 20, 16), torch.randn(1, 1, 20, 16)
+    mask = torch.ones(1, 1, 2, 20, dtype=torch.bool)
+    torch.testing.assert_close(baseline.decode_attention(q, k, v, mask, backend="torch"),
+                               torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask,
+                                                                                enable_gqa=True))

@@ -91,17 +91,55 @@ def test_kernel_reads_strided_cache_views_and_zeroes_rows_that_see_nothing(devic
     assert torch.count_nonzero(got[1]) == 0 and torch.count_nonzero(got[0]) > 0
 
 
-def test_num_splits_give_a_gpu_enough_programs_and_never_an_empty_split():
-    assert da.num_splits_for(1, 3, 6144, "cpu") == 2  # 8 programs wanted in the interpreter
+def test_num_splits_give_a_gpu_enough_programs_and_each_split_enough_keys():
+    assert da.num_splits_for(1, 3, 6144, "cpu") == 3  # 8 programs wanted in the interpreter
     assert da.num_splits_for(1, 1, 6144, "cpu") == 8
-    assert da.num_splits_for(64, 3, 6144, "cpu") == 1
-    assert da.num_splits_for(1, 1, 100, "cpu") == 2  # two key blocks: at most two splits
+    assert da.num_splits_for(64, 3, 6144, "cpu") == 1  # one split: no combine kernel
+    assert da.num_splits_for(1, 1, 300, "cpu") == 1  # 5 key blocks: too few to share
+    assert da.num_splits_for(1, 1, 512, "cpu") == 2  # 8 key blocks, at least 4 a split
     if not INTERPRETING:
         return
     for S, splits in ((1, 3), (63, 1), (64, 2), (65, 8), (1000, 5)):  # more splits than key blocks too
         q, k, v, mask = _ragged(1, 2, 1, 1, S, 16, None, torch.float32, "cpu", S)
         got = da.decode_attention(q, k, v, mask, backend="triton", num_splits=splits)
         torch.testing.assert_close(got, da.decode_attention_ref(q, k, v, mask), atol=2e-5, rtol=2e-5)
+
+
+@pytest.mark.parametrize("device,dtype", TARGETS)
+@pytest.mark.parametrize("splits", [1, 3])
+def test_kernel_reads_no_key_past_kv_len(device, dtype, splits):
+    """Each request's keys end at kv_len[b] (0 included: a request with no key gets zeros), and the
+    kernel never loads past it: NaNs written there change nothing."""
+    c, nh, nkv, T, S, hd = 4, 9, 3, 3, 300, 32
+    q, k, v, mask = _ragged(c, nh, nkv, T, S, hd, None, dtype, device, 11)
+    kv_len = torch.tensor([S, 130, 0, 65], dtype=torch.int32, device=device)
+    want = da.decode_attention_ref(q, k, v, mask, kv_len)
+    past = torch.arange(S, device=device) >= kv_len[:, None].long()  # [c, S]
+    k_bad = k.masked_fill(past[:, None, :, None], float("nan"))
+    v_bad = v.masked_fill(past[:, None, :, None], float("nan"))
+    got = da.decode_attention(q, k_bad, v_bad, mask, kv_len, backend="triton", num_splits=splits)
+    torch.testing.assert_close(got.float(), want.float(), atol=TOL[dtype], rtol=TOL[dtype])
+    assert torch.count_nonzero(got[2]) == 0 and torch.count_nonzero(got[1]) > 0
+    # the reference hides those keys the way the mask does
+    limited = mask & ~past[:, None, None, :]
+    torch.testing.assert_close(want, da.decode_attention_ref(q, k, v, limited))
+
+
+def test_the_engine_context_bounds_the_keys_by_the_positions():
+    """make_context hands the decode attention kv_len = the largest position + 1 of each request
+    (padding rows at position 0 do not lower it), and only when a decode attention is set."""
+    from peagle_lab.models.llama import KVCache, make_context
+
+    cache = KVCache.allocate(1, 2, 64, 1, 16, torch.float32, "cpu")
+    positions = torch.tensor([[5, 6, 7, 0], [60, 61, 62, 63]])
+    assert make_context(positions, cache, torch.zeros_like(positions)).kv_len is None
+    cache.decode_attention = da.decode_attention_ref
+    ctx = make_context(positions, cache, torch.zeros_like(positions))
+    assert torch.equal(ctx.kv_len, torch.tensor([8, 64], dtype=torch.int32))
+    assert ctx.layer(0).kv_len is ctx.kv_len
+    # every key the mask shows lies below kv_len
+    keys = torch.arange(64)
+    assert not (ctx.mask[:, 0] & (keys >= ctx.kv_len[:, None, None])).any()
 
 
 @pytest.mark.parametrize("bad,match", [
@@ -112,6 +150,9 @@ def test_num_splits_give_a_gpu_enough_programs_and_never_an_empty_split():
     (lambda q, k, v, m: (q[:, :8], k, v, m), "8 heads must be a multiple of k's 3"),
     (lambda q, k, v, m: (q, k, v, m.float()), "mask must be a bool tensor"),
     (lambda q, k, v, m: (q, k, v, m[:, :, :1]), r"mask must be a bool tensor \[c, 1, T, S\] = \[2, 1, 4, 40\]"),
+    (lambda q, k, v, m: (q, k, v, m, torch.tensor([3, 4, 5])), r"kv_len must be an int32 or int64 tensor \[c\] = \[2\]"),
+    (lambda q, k, v, m: (q, k, v, m, torch.tensor([3.0, 4.0])), "dtype torch.float32"),
+    (lambda q, k, v, m: (q, k, v, m, [3, 4]), "got list"),
 ])
 def test_bad_inputs_name_the_value_and_what_was_expected(bad, match):
     args = bad(*_ragged(2, 9, 3, 4, 40, 16, None, torch.float32, "cpu", 0))
@@ -186,10 +227,12 @@ def test_engine_with_the_kernel_is_lossless_and_really_calls_it(method):
     calls = []
     real = da._launch
 
-    def counting(q, *args):
+    def counting(q, k, v, mask, kv_len, *args):
         calls.append(tuple(q.shape))
-        return real(q, *args)
+        bounded.append(kv_len is not None and bool((kv_len < k.shape[2]).any()))
+        return real(q, k, v, mask, kv_len, *args)
 
+    bounded = []
     cfg = SpecConfig(method=method, num_speculative_tokens=3, max_new_tokens=10, decode_attention="triton",
                      compile="off")
     with mock.patch.object(da, "_launch", counting):
@@ -197,6 +240,7 @@ def test_engine_with_the_kernel_is_lossless_and_really_calls_it(method):
     assert got == want
     assert {shape[2] for shape in calls} >= {4}  # verify steps (T = K + 1) went through the kernel
     assert len(calls) >= 10 * target.config.num_hidden_layers / 3
+    assert any(bounded)  # the engine passed kv_len, shorter than the cache block
 
 
 def test_scale_is_sdpa_default():

@@ -144,7 +144,7 @@ class KVCache:
     max_batch: int
     max_len: int
     # attention of decode-shaped queries (T <= PREFILL_QUERIES) over this cache, called as
-    # ``fn(q, k, v, mask)`` like :func:`attend`; None: SDPA. The engine sets it from
+    # ``fn(q, k, v, mask, kv_len)`` (see :func:`attend`); None: SDPA. The engine sets it from
     # SpecConfig.decode_attention (the split-KV Triton kernel of peagle_lab.kernels.decode_attention).
     decode_attention: object = None
 
@@ -215,18 +215,20 @@ def attention_mask(positions: torch.Tensor, kv_positions: torch.Tensor, kv_valid
 PREFILL_QUERIES = 17
 
 
-def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask, decode=None) -> torch.Tensor:
+def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask, decode=None,
+           kv_len: torch.Tensor | None = None) -> torch.Tensor:
     """Grouped-query attention of ``q`` [c, nh, T, hd] over ``k``/``v`` [c, nkv, S, hd].
 
     ``mask`` is a boolean ``[c, 1, T, S]`` (True = may attend) or a flex-attention
     ``BlockMask`` (training on a GPU: the block-sparse masks of ``peagle_lab.train.mask``,
     where whole blocks that no query may see are skipped). ``decode`` (a cache's
-    ``decode_attention``) takes the decode-shaped calls, T <= PREFILL_QUERIES with a boolean mask.
+    ``decode_attention``) takes the decode-shaped calls, T <= PREFILL_QUERIES with a boolean mask,
+    with ``kv_len`` [c] (keys at or past ``kv_len[b]`` are hidden; the kernel does not read them).
     """
     from torch.nn.attention.flex_attention import BlockMask
 
     if decode is not None and not isinstance(mask, BlockMask) and q.shape[2] <= PREFILL_QUERIES:
-        return decode(q, k, v, mask)
+        return decode(q, k, v, mask, kv_len)
     if isinstance(mask, BlockMask):
         return _flex_attention(q.is_cuda)(q, k, v, block_mask=mask, enable_gqa=True)
     if q.is_cuda and q.shape[2] > PREFILL_QUERIES and k.shape[1] != q.shape[1]:
@@ -334,7 +336,7 @@ class Attention(nn.Module):
             k, v = k.to(q.dtype), v.to(q.dtype)
         else:
             k, v = k.transpose(1, 2), v.transpose(1, 2)
-        y = attend(q.transpose(1, 2), k, v, ctx.mask, ctx.decode_attention)  # (c, nh, T, hd)
+        y = attend(q.transpose(1, 2), k, v, ctx.mask, ctx.decode_attention, ctx.kv_len)  # (c, nh, T, hd)
         return self.o_proj(y.transpose(1, 2).reshape(c, T, self.nh * self.hd))
 
 
@@ -378,6 +380,7 @@ class LayerContext:
     layer: int = 0  # for the stand-in only
     slot_mapping: torch.Tensor | None = None  # for the stand-in only
     decode_attention: object = None  # KVCache.decode_attention
+    kv_len: torch.Tensor | None = None  # [c] int32: no query sees a key at or past kv_len[b]
 
 
 @dataclass
@@ -388,6 +391,7 @@ class AttnContext:
     slot_mapping: torch.Tensor | None  # [c, T]
     mask: torch.Tensor  # [c, 1, T, S] bool
     slots: torch.Tensor | None = None  # [c*T] flat cache slots, -1 sent to the trash row
+    kv_len: torch.Tensor | None = None  # [c] int32, for the cache's decode_attention (see make_context)
 
     def __post_init__(self) -> None:
         # Only for our KVCache: stand-ins (the EAGLE-3 trainer's ChainKV) keep plain write().
@@ -398,7 +402,7 @@ class AttnContext:
         """The context of layer ``i``."""
         if isinstance(self.cache, KVCache):
             return LayerContext(self.mask, (self.cache.k[i], self.cache.v[i]), self.slots,
-                                decode_attention=self.cache.decode_attention)
+                                decode_attention=self.cache.decode_attention, kv_len=self.kv_len)
         return LayerContext(self.mask, cache=self.cache, layer=i, slot_mapping=self.slot_mapping)
 
 
@@ -429,7 +433,12 @@ def make_context(positions: torch.Tensor, cache: KVCache | None, slot_mapping: t
     if slot_mapping is None:
         raise ValueError("slot_mapping is required when a KV cache is given")
     kv_pos = torch.arange(cache.max_len, device=positions.device).expand(positions.shape[0], -1)
-    return AttnContext(cache, slot_mapping, attention_mask(positions, kv_pos, window=window))
+    kv_len = None
+    if getattr(cache, "decode_attention", None) is not None:  # stand-in caches have none
+        # A query at position p sees keys 0..p: none of request b's queries looks past its
+        # largest position, so the decode kernel need not walk the rest of the cache block.
+        kv_len = (positions.amax(-1) + 1).clamp(max=cache.max_len).to(torch.int32)
+    return AttnContext(cache, slot_mapping, attention_mask(positions, kv_pos, window=window), kv_len=kv_len)
 
 
 def rope_cos_sin(inv_freq: torch.Tensor, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:

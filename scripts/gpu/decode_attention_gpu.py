@@ -1,25 +1,32 @@
-"""Decode attention on CUDA: the split-KV Triton kernel and a grouped-rows candidate against SDPA.
+"""Decode attention on CUDA: the split-KV Triton kernel, its variants and SDPA, side by side.
 
-Two measurements, side by side in one run, on a SmolLM2-shaped model (9 query heads over 3 K/V
-heads, head dim 64) in bf16:
+Two measurements, in one run, on a SmolLM2-shaped model (9 query heads over 3 K/V heads, head
+dim 64) in bf16:
 
-1. the attention call alone at decode shapes (c, T query tokens, S cached positions), median of
-   CUDA-event timings, with each path's largest difference from the float32 reference;
+1. the attention call alone at decode shapes: c requests, T query tokens, a cache block of S
+   positions of which each request holds a ragged number (``kv_len``), for 30 layers (30 distinct
+   K/V tensors, so the L2 cache cannot hold them as one layer's would be) captured in one CUDA
+   graph and replayed: µs per call with launch overhead gone, as in the engine; with each path's
+   largest difference from the float32 reference;
 2. plain or speculative decoding through the engine (CUDA graphs, ``--compile`` off or on) with
    each attention path: ms per decode step.
 
-Paths: ``enable_gqa`` (SDPA with ``enable_gqa`` and the boolean mask: what the engine ran before
-``SpecConfig.decode_attention``; cuDNN's kernels on an H200), ``grouped`` (the query heads that
-share a K/V head folded into rows of that head, through SDPA: measured slower at every shape on the
-H200 on 2026-12-01, ``docs/results/h200/decode_attention/``, not adopted) and ``triton``
-(``peagle_lab.kernels.decode_attention``: split-KV, one read of K/V per K/V head).
+Paths: ``enable_gqa`` (SDPA with ``enable_gqa`` and the boolean mask; cuDNN's kernels on an H200),
+``grouped`` (the query heads that share a K/V head folded into rows of that head, through SDPA:
+measured slower at every shape on the H200 on 2026-12-01, ``docs/results/h200/decode_attention/``,
+not adopted), ``triton`` (``peagle_lab.kernels.decode_attention`` as the engine calls it) and, in
+the attention half only, ``--variants`` of the kernel's tuning (``stages=1`` turns the key loop's
+pipelining off; ``warps=N``, ``block_n=N``, ``splits=N``) and ``--baseline-kernel FILE``, an earlier
+version of the kernel file (its op renamed) to compare against in the same run.
 
 Usage: python scripts/gpu/decode_attention_gpu.py [--out FILE.json] [-c 256 1024] [--prompt-len 200]
-       [--paths enable_gqa triton] [--method peagle -k 7] [--skip-attention]
+       [--paths enable_gqa triton] [--variants stages=1 warps=2] [--baseline-kernel OLD.py]
+       [--method peagle -k 7] [--skip-attention] [--skip-engine]
 """
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import shlex
 import statistics
@@ -31,14 +38,19 @@ import torch.nn.functional as F
 
 from peagle_lab.config import SpecConfig
 from peagle_lab.engine import SpecDecoder
-from peagle_lab.kernels.decode_attention import decode_attention, decode_attention_ref
+from peagle_lab.kernels import decode_attention as da
+from peagle_lab.kernels.decode_attention import decode_attention_ref
 from peagle_lab.models import llama
 from peagle_lab.models.llama import LlamaConfig, LlamaModel
 from peagle_lab.provenance import run_info
 from peagle_lab.testing import random_smollm2, tiny_drafter
 
-SHAPES = [(1024, 1, 1024), (1024, 1, 512), (256, 1, 1024), (64, 8, 512), (64, 1, 512), (1, 8, 512),
-          (64, 8, 1024), (64, 3, 1024), (1, 8, 6144), (1, 1, 6144), (8, 8, 6144), (64, 8, 6144)]
+# (c, T, S, shortest, longest request): chat-length caches (the benchmark's prompts are 30-461
+# tokens, plus 128 new), and the long workload's 2k-7.7k-token prompts.
+SHAPES = [(1, 1, 640, 150, 600), (1, 8, 640, 150, 600), (64, 1, 640, 150, 600), (64, 3, 640, 150, 600),
+          (64, 8, 640, 150, 600), (1, 1, 7744, 2000, 7700), (1, 8, 7744, 2000, 7700), (8, 1, 7744, 2000, 7700),
+          (8, 8, 7744, 2000, 7700), (64, 1, 7744, 2000, 7700), (64, 4, 7744, 2000, 7700), (64, 8, 7744, 2000, 7700)]
+LAYERS = 30  # calls per captured graph, one K/V pair each (SmolLM2's layers)
 PATHS = ("enable_gqa", "grouped", "triton")
 
 
@@ -57,40 +69,94 @@ def gqa_sdpa(q, k, v, mask):
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
 
 
-def time_call(fn, reps: int = 30) -> float:
-    for _ in range(3):
-        fn()
+def time_graphed(fn, inputs: list[tuple], replays: int = 20) -> float:
+    """µs per call of ``fn(*inputs[i])`` for every i, captured in one CUDA graph and replayed."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):  # warm-up (compiles the kernels) off the capture
+        for args in inputs[:2]:
+            fn(*args)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for args in inputs:
+            fn(*args)
+    graph.replay()
+    torch.cuda.synchronize()
     times = []
-    for _ in range(reps):
+    for _ in range(replays):
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         a.record()
-        fn()
+        graph.replay()
         b.record()
         b.synchronize()
         times.append(a.elapsed_time(b))
-    return statistics.median(times)
+    del graph
+    return 1e3 * statistics.median(times) / len(inputs)
 
 
-def attention_rows(cfg: LlamaConfig, paths: tuple[str, ...]) -> list[dict]:
-    fns = {"enable_gqa": gqa_sdpa, "grouped": grouped_attend,
-           "triton": lambda q, k, v, m: decode_attention(q, k, v, m, backend="triton")}
+def parse_variant(text: str) -> dict:
+    """``"stages=1,warps=2"`` → the keyword arguments of ``kernels.decode_attention._launch``."""
+    names = {"stages": "num_stages", "warps": "num_warps", "block_n": "block_n", "splits": "num_splits"}
+    out = {}
+    for part in text.split(","):
+        key, _, value = part.partition("=")
+        if key not in names or not value.isdigit() or int(value) < 1:
+            raise ValueError(f"variant {text!r}: expected comma-separated {'|'.join(names)}=<positive int>")
+        out[names[key]] = int(value)
+    return out
+
+
+def variant_fn(tuning: dict):
+    """The kernel with ``tuning`` (``parse_variant``'s keywords) in place of its defaults."""
+    splits = tuning.get("num_splits")
+    rest = {x: y for x, y in tuning.items() if x != "num_splits"}
+    return lambda q, k, v, mask, kv_len: da._launch(q, k, v, mask, kv_len, splits, **rest)
+
+
+def load_baseline_kernel(path: str):
+    """An earlier ``decode_attention.py`` as ``peagle_lab.kernels._baseline`` (its custom op renamed)."""
+    src = open(path).read().replace('"peagle_lab::decode_attention"', '"peagle_lab::decode_attention_baseline"')
+    spec = importlib.util.spec_from_loader("peagle_lab.kernels._baseline", loader=None)
+    module = importlib.util.module_from_spec(spec)
+    module.__file__ = path  # triton.jit reads the source of each kernel from its file
+    exec(compile(src, path, "exec"), module.__dict__)
+    return module
+
+
+def attention_rows(cfg: LlamaConfig, paths: tuple[str, ...], variants: list[str], baseline=None) -> list[dict]:
+    fns = {"enable_gqa": lambda q, k, v, m, n: gqa_sdpa(q, k, v, m),
+           "grouped": lambda q, k, v, m, n: grouped_attend(q, k, v, m),
+           "triton": lambda q, k, v, m, n: da.decode_attention_op(q, k, v, m, n)}
+    if baseline is not None:  # the earlier kernel takes no kv_len: it walks the whole block
+        fns["baseline"] = lambda q, k, v, m, n: baseline.decode_attention(q, k, v, m, backend="triton")
+    for text in variants:
+        fns[f"triton[{text}]"] = variant_fn(parse_variant(text))
+    names = [p for p in paths if p in fns] + (["baseline"] if baseline is not None else []) \
+        + [f"triton[{t}]" for t in variants]
     rows = []
-    for c, T, S in SHAPES:
-        q = torch.randn(c, cfg.num_attention_heads, T, cfg.head_dim, device="cuda", dtype=torch.bfloat16)
-        k = torch.randn(c, cfg.num_key_value_heads, S, cfg.head_dim, device="cuda", dtype=torch.bfloat16)
-        v = torch.randn_like(k)
-        pos = torch.randint(T, S, (c, 1), device="cuda") + torch.arange(T, device="cuda") - T + 1
+    for c, T, S, shortest, longest in SHAPES:
+        hq, hk, hd = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
+        lens = torch.randint(shortest, longest + 1, (c,), device="cuda")
+        pos = lens[:, None] - T + torch.arange(T, device="cuda")  # the last T positions of each request
         mask = llama.attention_mask(pos, torch.arange(S, device="cuda").expand(c, -1))
-        ref = decode_attention_ref(q, k, v, mask).float()
-        row = {"c": c, "T": T, "S": S}
-        for name in paths:
+        kv_len = lens.to(torch.int32)
+        inputs = [(torch.randn(c, hq, T, hd, device="cuda", dtype=torch.bfloat16),
+                   torch.randn(c, hk, S, hd, device="cuda", dtype=torch.bfloat16),
+                   torch.randn(c, hk, S, hd, device="cuda", dtype=torch.bfloat16), mask, kv_len)
+                  for _ in range(LAYERS)]
+        ref = decode_attention_ref(*inputs[0][:4]).float()
+        row = {"c": c, "T": T, "S": S, "kv_len_mean": float(lens.float().mean())}
+        for name in names:
             fn = fns[name]
-            row[f"{name}_ms"] = time_call(lambda: fn(q, k, v, mask))
-            row[f"{name}_max_abs_diff"] = float((fn(q, k, v, mask).float() - ref).abs().max())
-        for name in paths[1:]:
-            row[f"{name}_speedup"] = row[f"{paths[0]}_ms"] / row[f"{name}_ms"]
+            row[f"{name}_us"] = time_graphed(fn, inputs)
+            row[f"{name}_max_abs_diff"] = float((fn(*inputs[0]).float() - ref).abs().max())
+        for name in names[1:]:
+            row[f"{name}_speedup"] = row[f"{names[0]}_us"] / row[f"{name}_us"]
         rows.append(row)
         print(json.dumps({k_: round(x, 4) if isinstance(x, float) else x for k_, x in row.items()}), flush=True)
+        del inputs
+        torch.cuda.empty_cache()
     return rows
 
 
@@ -139,19 +205,32 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--method", default="baseline", choices=["baseline", "eagle3", "peagle"],
                     help="the engine rows' method (random drafters: every step verifies K + 1 tokens)")
     ap.add_argument("-k", type=int, default=7, help="K of the engine rows' speculative method")
+    ap.add_argument("--variants", nargs="*", default=[],
+                    help="kernel tunings for the attention half, e.g. stages=1 warps=2 block_n=128 splits=1")
+    ap.add_argument("--baseline-kernel", help="an earlier peagle_lab/kernels/decode_attention.py to time beside")
     ap.add_argument("--skip-attention", action="store_true", help="the engine measurement only")
+    ap.add_argument("--skip-engine", action="store_true", help="the attention measurement only")
     ap.add_argument("--out")
     args = ap.parse_args(argv)
+    for text in args.variants:
+        try:
+            parse_variant(text)
+        except ValueError as e:
+            ap.error(str(e))
     if not torch.cuda.is_available():
         print("decode_attention_gpu.py: needs CUDA", file=sys.stderr)
         return 2
     torch.manual_seed(0)
     cfg = LlamaConfig()
     doc = {**run_info(shlex.join(["python", *sys.argv])),
-           "what": "decode attention: " + ", ".join(args.paths) + "; bf16, SmolLM2 shape, random weights"}
-    doc["attention"] = [] if args.skip_attention else attention_rows(cfg, tuple(args.paths))
+           "what": "decode attention: " + ", ".join(args.paths + [f"triton[{t}]" for t in args.variants])
+           + "; bf16, SmolLM2 shape, random weights; attention rows: µs per call, 30 layers in one CUDA graph"}
+    baseline = load_baseline_kernel(args.baseline_kernel) if args.baseline_kernel else None
+    doc["attention"] = [] if args.skip_attention else attention_rows(cfg, tuple(args.paths), args.variants, baseline)
     if args.out:  # the first half survives a cut-short run
         json.dump(doc, open(args.out, "w"), indent=2)
+    if args.skip_engine:
+        return 0
     target = random_smollm2(seed=None)  # the generator goes on from the attention rows' draws
     doc["engine"] = engine_rows(target, args.concurrency, args.prompt_len, args.new_tokens, args.compile,
                                 tuple(args.paths), args.method, args.k)
