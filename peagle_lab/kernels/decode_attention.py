@@ -51,9 +51,9 @@ if triton is not None:
 __all__ = ["MAX_ROWS", "decode_attention", "decode_attention_op", "decode_attention_ref", "multi_query_attention"]
 
 MAX_ROWS = 128  # REP·T query rows of one program (SmolLM2: 3 × 17 = 51 at most)
-BLOCK_N = 64  # keys per loop step
+BLOCK_N = 128  # keys per loop step
 NUM_STAGES = 3  # key blocks in flight in the compiled key loop
-MIN_SPLIT_BLOCKS = 4  # a split walks at least this many key blocks of S (shorter ones cost more to combine)
+MIN_SPLIT_BLOCKS = 1  # a split walks at least this many key blocks of S
 MAX_SPLITS = 32  # the combine kernel walks the splits one by one
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
@@ -280,7 +280,7 @@ def _rows_per_program(q: torch.Tensor, k: torch.Tensor) -> int:
 
 
 def _launch(q, k, v, mask, kv_len, num_splits: int | None, *, block_n: int = BLOCK_N,
-            num_stages: int = NUM_STAGES, num_warps: int = 4) -> torch.Tensor:
+            num_stages: int = NUM_STAGES, num_warps: int = 8) -> torch.Tensor:
     """Run the kernels (the keyword arguments are for ``scripts/gpu/decode_attention_gpu.py``'s sweep)."""
     c, nh, T, hd = q.shape
     nkv, S = k.shape[1], k.shape[2]
