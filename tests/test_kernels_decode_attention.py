@@ -91,12 +91,12 @@ def test_kernel_reads_strided_cache_views_and_zeroes_rows_that_see_nothing(devic
     assert torch.count_nonzero(got[1]) == 0 and torch.count_nonzero(got[0]) > 0
 
 
-def test_num_splits_give_a_gpu_enough_programs_and_each_split_enough_keys():
+def test_num_splits_give_a_gpu_enough_programs_and_no_split_without_a_key_block():
     assert da.num_splits_for(1, 3, 6144, "cpu") == 3  # 8 programs wanted in the interpreter
     assert da.num_splits_for(1, 1, 6144, "cpu") == 8
     assert da.num_splits_for(64, 3, 6144, "cpu") == 1  # one split: no combine kernel
-    assert da.num_splits_for(1, 1, 300, "cpu") == 1  # 5 key blocks: too few to share
-    assert da.num_splits_for(1, 1, 512, "cpu") == 2  # 8 key blocks, at least 4 a split
+    assert da.num_splits_for(1, 1, 300, "cpu") == da.num_splits_for(1, 1, 257, "cpu") == 3  # 3 key blocks
+    assert da.num_splits_for(1, 1, da.BLOCK_N, "cpu") == 1
     if not INTERPRETING:
         return
     for S, splits in ((1, 3), (63, 1), (64, 2), (65, 8), (1000, 5)):  # more splits than key blocks too

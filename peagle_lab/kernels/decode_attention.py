@@ -53,7 +53,6 @@ __all__ = ["MAX_ROWS", "decode_attention", "decode_attention_op", "decode_attent
 MAX_ROWS = 128  # REP·T query rows of one program (SmolLM2: 3 × 17 = 51 at most)
 BLOCK_N = 128  # keys per loop step
 NUM_STAGES = 3  # key blocks in flight in the compiled key loop
-MIN_SPLIT_BLOCKS = 1  # a split walks at least this many key blocks of S
 MAX_SPLITS = 32  # the combine kernel walks the splits one by one
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
@@ -263,15 +262,15 @@ def _programs_wanted(device: torch.device) -> int:
 
 
 def num_splits_for(c: int, nkv: int, S: int, device: torch.device | str) -> int:
-    """How many splits share each (request, K/V head)'s keys: enough programs for the GPU, each
-    walking at least ``MIN_SPLIT_BLOCKS`` key blocks of S, at most ``MAX_SPLITS``.
+    """How many splits share each (request, K/V head)'s keys: about one program per SM, no more
+    splits than key blocks in S, at most ``MAX_SPLITS``.
 
-    >>> num_splits_for(1, 3, 6000, "cpu"), num_splits_for(64, 3, 6000, "cpu"), num_splits_for(1, 3, 300, "cpu")
+    >>> num_splits_for(1, 3, 6000, "cpu"), num_splits_for(64, 3, 6000, "cpu"), num_splits_for(1, 3, 100, "cpu")
     (3, 1, 1)
     """
     blocks = -(-S // BLOCK_N)  # ceil(S / BLOCK_N), like triton.cdiv (this runs without Triton too)
     wanted = -(-_programs_wanted(torch.device(device)) // max(c * nkv, 1))
-    return max(1, min(wanted, MAX_SPLITS, blocks // MIN_SPLIT_BLOCKS))
+    return max(1, min(wanted, MAX_SPLITS, blocks))
 
 
 def _rows_per_program(q: torch.Tensor, k: torch.Tensor) -> int:
