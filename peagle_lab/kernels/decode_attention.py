@@ -370,11 +370,13 @@ def multi_query_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mas
                           kv_len: torch.Tensor | None = None) -> torch.Tensor:
     """The kernel for decode calls of T > 1 query tokens a request, SDPA for T = 1.
 
-    ``SpecConfig.decode_attention="auto"`` on CUDA. Measured on the H200 (4aa32a3, both K sweeps in one
-    call): every speculative cell ran faster through the kernel (verify steps 0.1 ms faster at c = 1,
-    0.5 ms at c = 64, 2.3 ms on 2k-7k-token prompts), but plain decoding (T = 1), for which SDPA has a
-    split-KV decode path of its own (cuDNN's, with a reduction kernel), ran slower through it at c = 64
-    (1.53 against 1.46 ms a step on chat) and on long prompts (2.0 against 1.3 ms at c = 1).
+    ``SpecConfig.decode_attention="auto"`` on CUDA. Measured on the H200 (507773e, the K sweep and the
+    long-prompt sweep each beside SDPA): every speculative cell ran faster through the kernel (by 2-22 %
+    at c = 1 and 2-57 % at c = 64; P-EAGLE's verify part on 2k-7k-token prompts 1.3 against 4.1 ms at
+    c = 1). For one query token SDPA has a split-KV decode path of its own (cuDNN's), and the call alone
+    (``scripts/gpu/decode_attention_gpu.py``) reads it faster on long caches (102 against 153 µs a layer
+    at c = 64, 13.5 against 15.1 at c = 1), level at c = 64 on chat-length ones and slower only at c = 1
+    there (10.2 against 6.9 µs).
     SDPA takes the mask alone: the engine's ``kv_len`` (its positions' maximum + 1) hides no key
     that its causal mask shows, and one op fewer a layer keeps T = 1 steps short.
     """
