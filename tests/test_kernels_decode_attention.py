@@ -120,6 +120,11 @@ def test_kernel_reads_no_key_past_kv_len(device, dtype, splits):
     got = da.decode_attention(q, k_bad, v_bad, mask, kv_len, backend="triton", num_splits=splits)
     torch.testing.assert_close(got.float(), want.float(), atol=TOL[dtype], rtol=TOL[dtype])
     assert torch.count_nonzero(got[2]) == 0 and torch.count_nonzero(got[1]) > 0
+    # a strided kv_len (every other entry of a longer tensor) reads the same
+    spaced = torch.stack([kv_len, torch.full_like(kv_len, -7)], 1).flatten()[::2]
+    assert not spaced.is_contiguous()
+    torch.testing.assert_close(da.decode_attention(q, k_bad, v_bad, mask, spaced, backend="triton",
+                                                   num_splits=splits), got)
     # the reference hides those keys the way the mask does
     limited = mask & ~past[:, None, None, :]
     torch.testing.assert_close(want, da.decode_attention_ref(q, k, v, limited))

@@ -289,6 +289,7 @@ def _launch(q, k, v, mask, kv_len, num_splits: int | None, *, block_n: int = BLO
         return out
     if kv_len is None:
         kv_len = torch.full((c,), S, dtype=torch.int32, device=q.device)
+    kv_len = kv_len.contiguous()  # the kernel reads kv_len[b] at offset b
     splits = min(num_splits or num_splits_for(c, nkv, S, q.device), triton.cdiv(S, block_n))
     block_m = max(16, triton.next_power_of_2(rep * T))
     single = splits == 1
