@@ -39,3 +39,17 @@ def test_decode_attention_script_names_a_bad_variant_and_times_an_earlier_kernel
     torch.testing.assert_close(baseline.decode_attention(q, k, v, mask, backend="torch"),
                                torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask,
                                                                                 enable_gqa=True))
+
+
+def test_decode_attention_script_engine_rows_take_every_path_through_the_model():
+    """The engine half swaps llama.attend for the grouped candidate; the swap must take every argument
+    the model's attention passes (kv_len included), here on a tiny CPU target."""
+    from peagle_lab.testing import tiny_target
+
+    sys.path.insert(0, str(REPO / "scripts" / "gpu"))
+    try:
+        import decode_attention_gpu as script
+    finally:
+        sys.path.pop(0)
+    rows = script.engine_rows(tiny_target(), [2], prompt_len=6, new_tokens=4, paths=("enable_gqa", "grouped"))
+    assert [r["attention"] for r in rows] == ["enable_gqa", "grouped"] and all(r["step_ms"] > 0 for r in rows)

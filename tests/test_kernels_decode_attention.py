@@ -30,14 +30,18 @@ TARGETS = [
 TOL = {torch.float32: 2e-5, torch.bfloat16: 2e-2}
 
 # (c, nh, nkv, T, S, hd, window, num_splits): SmolLM2's 9 over 3 heads, MHA, other groupings,
-# T = 1 (plain), K + 1 (verify), 17 (the largest decode shape), one and several key splits.
+# T = 1 (plain), K + 1 (verify), 17 (the largest decode shape), one and several key splits, and
+# tiles that need less than the default pipelining to fit a GPU's shared memory (head dim 128 with
+# 4 × 17 = 68 rows, head dim 256).
 CASES = [
     (3, 9, 3, 8, 150, 64, None, None),
     (2, 9, 3, 1, 200, 64, None, 3),
     (1, 9, 3, 17, 130, 64, None, 1),
-    (4, 4, 4, 1, 70, 16, None, 2),
+    (4, 4, 4, 1, 300, 16, None, 2),
     (1, 6, 2, 5, 257, 32, 40, 4),
     (5, 8, 2, 3, 64, 16, 7, None),
+    (2, 32, 8, 17, 300, 128, None, 2),
+    (2, 4, 2, 4, 260, 256, None, None),
 ]
 
 
@@ -74,14 +78,14 @@ def test_kernel_matches_the_reference_on_ragged_batches(device, dtype, case):
 @pytest.mark.parametrize("device,dtype", TARGETS)
 def test_kernel_reads_strided_cache_views_and_zeroes_rows_that_see_nothing(device, dtype):
     """K/V as the engine hands them over (views of a flat cache); padding rows see no key."""
-    c, nh, nkv, T, max_len, hd = 3, 9, 3, 4, 96, 64
+    c, nh, nkv, T, max_len, hd = 3, 9, 3, 4, 320, 64
     g = torch.Generator().manual_seed(5)
     k_cache = torch.randn(c * max_len + 1, nkv, hd, generator=g).to(device, dtype)
     v_cache = torch.randn(c * max_len + 1, nkv, hd, generator=g).to(device, dtype)
     k, v = read_kv(k_cache, v_cache, c, max_len)
     assert not k.is_contiguous()
     q = torch.randn(c, nh, T, hd, generator=g).to(device, dtype)
-    positions = torch.tensor([[40, 41, 42, 43], [0, 1, 2, 3], [90, 91, 92, 93]], device=device)
+    positions = torch.tensor([[40, 41, 42, 43], [0, 1, 2, 3], [290, 291, 292, 293]], device=device)
     valid = torch.ones(c, max_len, dtype=torch.bool, device=device)
     valid[1] = False  # request 1 is padding: none of its queries may see anything
     mask = attention_mask(positions, torch.arange(max_len, device=device).expand(c, -1), valid)
@@ -99,7 +103,7 @@ def test_num_splits_give_a_gpu_enough_programs_and_no_split_without_a_key_block(
     assert da.num_splits_for(1, 1, da.BLOCK_N, "cpu") == 1
     if not INTERPRETING:
         return
-    for S, splits in ((1, 3), (63, 1), (64, 2), (65, 8), (1000, 5)):  # more splits than key blocks too
+    for S, splits in ((1, 3), (127, 1), (128, 2), (129, 8), (257, 2), (1000, 5)):  # more splits than key blocks too
         q, k, v, mask = _ragged(1, 2, 1, 1, S, 16, None, torch.float32, "cpu", S)
         got = da.decode_attention(q, k, v, mask, backend="triton", num_splits=splits)
         torch.testing.assert_close(got, da.decode_attention_ref(q, k, v, mask), atol=2e-5, rtol=2e-5)
@@ -128,6 +132,28 @@ def test_kernel_reads_no_key_past_kv_len(device, dtype, splits):
     # the reference hides those keys the way the mask does
     limited = mask & ~past[:, None, None, :]
     torch.testing.assert_close(want, da.decode_attention_ref(q, k, v, limited))
+
+
+def test_tiles_shrink_to_fit_the_gpus_shared_memory_and_sdpa_takes_what_never_fits(monkeypatch):
+    """_tunings keeps SmolLM2's shapes at the measured defaults on an H200 (232,448 bytes a program),
+    pipelines less for bigger tiles, and gives up where nothing fits; then the op takes SDPA and
+    decode_attention says why."""
+    h200, a100 = 232448, 166912
+    cuda = torch.device("cuda")
+    monkeypatch.setattr(da, "_shared_memory", lambda device: h200)
+    assert da._tunings(cuda, 2, 64, 64) == (da.BLOCK_N, da.NUM_STAGES, da.NUM_STAGES)  # SmolLM2, T <= 17
+    assert da._tunings(cuda, 2, 128, 128) == (da.BLOCK_N, 2, da.NUM_STAGES)  # 4 × 17 rows, head dim 128
+    assert da._tunings(cuda, 2, 128, 256) == (64, 1, 1)
+    monkeypatch.setattr(da, "_shared_memory", lambda device: a100)
+    assert da._tunings(cuda, 4, 128, 256) is None
+    q, k, v, mask = _ragged(2, 32, 4, 9, 70, 64, None, torch.float32, "cpu", 3)  # 8 × 9 = 72 rows
+    monkeypatch.setattr(da, "_shared_memory", lambda device: 20000)
+    with pytest.raises(ValueError, match="72 rows of head_dim=64 in torch.float32: even 32-key blocks need more"):
+        da.decode_attention(q, k, v, mask, backend="triton")
+    if INTERPRETING:
+        with mock.patch.object(da, "_launch", side_effect=AssertionError("the kernel ran")):
+            got = torch.ops.peagle_lab.decode_attention.default(q, k, v, mask)
+        torch.testing.assert_close(got, da.decode_attention_ref(q, k, v, mask), atol=1e-5, rtol=1e-5)
 
 
 def test_the_engine_context_bounds_the_keys_by_the_positions():

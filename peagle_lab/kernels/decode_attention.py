@@ -273,14 +273,60 @@ def num_splits_for(c: int, nkv: int, S: int, device: torch.device | str) -> int:
     return max(1, min(wanted, MAX_SPLITS, blocks))
 
 
+@functools.cache
+def _shared_memory(device: torch.device) -> int | None:
+    """The shared memory one program may use on ``device`` (bytes, Triton's own limit); None off CUDA."""
+    if device.type != "cuda":
+        return None
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return triton.runtime.driver.active.utils.get_device_properties(index)["max_shared_mem"]
+
+
+_SHARED_SLACK = 4096  # bytes for barriers and reductions beside the tiles
+
+
+def _tunings(device: torch.device, itemsize: int, block_m: int, hd: int) -> tuple[int, int, int] | None:
+    """``(block_n, stages, combine_stages)``: the defaults where they fit the device's shared memory;
+    None where even 32-key blocks without pipelining do not (float32 with head dim 256 and 65-128 rows
+    on an A100), and SDPA must take the call.
+
+    The split kernel keeps ``stages`` K and V tiles of ``block_n × hd`` in flight plus one float32 tile of
+    ``block_m × max(block_n, hd)``; the combine kernel ``stages`` float32 partials of ``block_m × hd``.
+    These estimates are upper bounds of what Triton 3.6 compiled for sm_90 at every size tried (head dim
+    64-256, 16-128 rows, bf16 and float32). SmolLM2's shapes (head dim 64, at most 64 rows) keep 128-key
+    blocks and three stages; a head dim of 128 with 65-128 rows, or of 256, needs less on an H200.
+    """
+    limit = _shared_memory(device)
+    if limit is None:  # the interpreter: no shared memory to run out of
+        return BLOCK_N, NUM_STAGES, NUM_STAGES
+    fits = [(n, st) for n, st in ((BLOCK_N, NUM_STAGES), (BLOCK_N, 2), (64, 2), (64, 1), (32, 1))
+            if st * 2 * n * hd * itemsize + block_m * max(n, hd) * 4 + _SHARED_SLACK <= limit]
+    if not fits:
+        return None
+    combine = next((st for st in (NUM_STAGES, 2) if st * block_m * hd * 4 + _SHARED_SLACK <= limit), 1)
+    return (*fits[0], combine)
+
+
+def _block_m(q: torch.Tensor, k: torch.Tensor) -> int:
+    """A program's tile rows: the query rows it holds, padded to a power of two (at least 16, for tl.dot)."""
+    return max(16, triton.next_power_of_2(_rows_per_program(q, k)))
+
+
+def _runs_on_this_gpu(q: torch.Tensor, k: torch.Tensor) -> bool:
+    """Whether the kernel takes these shapes: at most ``MAX_ROWS`` rows a program, within shared memory."""
+    return _rows_per_program(q, k) <= MAX_ROWS and \
+        _tunings(q.device, q.element_size(), _block_m(q, k), q.shape[-1]) is not None
+
+
 def _rows_per_program(q: torch.Tensor, k: torch.Tensor) -> int:
     """Query rows of one program: the query heads that share a K/V head × the T tokens."""
     return (q.shape[1] // k.shape[1]) * q.shape[2]
 
 
-def _launch(q, k, v, mask, kv_len, num_splits: int | None, *, block_n: int = BLOCK_N,
-            num_stages: int = NUM_STAGES, num_warps: int = 8) -> torch.Tensor:
-    """Run the kernels (the keyword arguments are for ``scripts/gpu/decode_attention_gpu.py``'s sweep)."""
+def _launch(q, k, v, mask, kv_len, num_splits: int | None, *, block_n: int | None = None,
+            num_stages: int | None = None, num_warps: int = 8) -> torch.Tensor:
+    """Run the kernels. ``block_n`` / ``num_stages`` override :func:`_tunings` (for ``scripts/gpu/
+    decode_attention_gpu.py``'s sweep of variants)."""
     c, nh, T, hd = q.shape
     nkv, S = k.shape[1], k.shape[2]
     rep = nh // nkv
@@ -290,8 +336,10 @@ def _launch(q, k, v, mask, kv_len, num_splits: int | None, *, block_n: int = BLO
     if kv_len is None:
         kv_len = torch.full((c,), S, dtype=torch.int32, device=q.device)
     kv_len = kv_len.contiguous()  # the kernel reads kv_len[b] at offset b
+    block_m = _block_m(q, k)
+    fit_n, fit_stages, combine_stages = _tunings(q.device, q.element_size(), block_m, hd)
+    block_n, num_stages = block_n or fit_n, num_stages or fit_stages
     splits = min(num_splits or num_splits_for(c, nkv, S, q.device), triton.cdiv(S, block_n))
-    block_m = max(16, triton.next_power_of_2(rep * T))
     single = splits == 1
     if single:  # the partials are never written: any float32 pointer will do
         acc = ml = torch.empty(1, dtype=torch.float32, device=q.device)
@@ -309,7 +357,7 @@ def _launch(q, k, v, mask, kv_len, num_splits: int | None, *, block_n: int = BLO
     if not single:
         _decode_attention_combine_kernel[(c * nkv,)](
             acc, ml, out, T, nkv, splits, *out.stride(), REP=rep, BLOCK_M=block_m, HEAD_DIM=hd,
-            PIPELINE=pipeline, NUM_STAGES=num_stages, num_warps=4)
+            PIPELINE=pipeline, NUM_STAGES=combine_stages, num_warps=4)
     return out
 
 
@@ -342,6 +390,9 @@ def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: to
     if rows > MAX_ROWS:
         raise ValueError(f"{q.shape[1] // k.shape[1]} query heads per K/V head × T={q.shape[2]} tokens = {rows} "
                          f"rows: the kernel takes at most {MAX_ROWS} (a decode step; use backend='torch' or SDPA)")
+    if not _runs_on_this_gpu(q, k):
+        raise ValueError(f"{rows} rows of head_dim={q.shape[-1]} in {q.dtype}: even 32-key blocks need more shared "
+                         f"memory than {q.device} has ({_shared_memory(q.device)} bytes); use backend='torch' or SDPA")
     return _launch(q, k, v, mask, kv_len, num_splits)
 
 
@@ -352,11 +403,11 @@ if triton is not None:
                             kv_len: torch.Tensor | None = None) -> torch.Tensor:
         """:func:`decode_attention` with the kernels, as one op that ``torch.compile`` does not trace into.
 
-        More than ``MAX_ROWS`` query rows per K/V head (a model with many query heads per K/V head)
-        take SDPA instead, so the op serves any decode shape.
+        More than ``MAX_ROWS`` query rows per K/V head (a model with many query heads per K/V head), or
+        tiles too large for the GPU's shared memory, take SDPA instead, so the op serves any decode shape.
         """
         _check_inputs(q, k, v, mask, kv_len)
-        if _rows_per_program(q, k) > MAX_ROWS:
+        if not _runs_on_this_gpu(q, k):
             return attend(q, k, v, _within(mask, kv_len))  # the model's own path: SDPA
         return _launch(q, k, v, mask, kv_len, None)
 

@@ -166,10 +166,10 @@ def engine_rows(target: LlamaModel, concurrencies: list[int], prompt_len: int, n
     drafter = tiny_drafter(target, method, num_hidden_layers=4 if method == "peagle" else 1) \
         if method != "baseline" else None
 
-    def with_grouped(q, k, v, mask, decode=None):  # decode steps through the candidate, the rest as before
+    def with_grouped(q, k, v, mask, decode=None, kv_len=None):  # decode steps through the candidate
         if isinstance(mask, torch.Tensor) and q.shape[2] <= llama.PREFILL_QUERIES and k.shape[1] != q.shape[1]:
             return grouped_attend(q, k, v, mask)
-        return original(q, k, v, mask, decode)
+        return original(q, k, v, mask, decode, kv_len)
 
     for c in concurrencies:
         prompts = [[int(t) for t in torch.randint(0, target.config.vocab_size, (prompt_len,))] for _ in range(c)]
