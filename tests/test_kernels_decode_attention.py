@@ -146,7 +146,9 @@ def test_tiles_shrink_to_fit_the_gpus_shared_memory_and_sdpa_takes_what_never_fi
     assert da._tunings(cuda, 2, 128, 256) == (64, 1, 1)
     monkeypatch.setattr(da, "_shared_memory", lambda device: a100)
     assert da._tunings(cuda, 4, 128, 256) is None
-    q, k, v, mask = _ragged(2, 32, 4, 9, 70, 64, None, torch.float32, "cpu", 3)  # 8 × 9 = 72 rows
+    # the interpreter takes CPU tensors; without it (a CUDA machine) the triton backend wants CUDA ones
+    device = "cpu" if INTERPRETING else "cuda"
+    q, k, v, mask = _ragged(2, 32, 4, 9, 70, 64, None, torch.float32, device, 3)  # 8 × 9 = 72 rows
     monkeypatch.setattr(da, "_shared_memory", lambda device: 20000)
     with pytest.raises(ValueError, match="72 rows of head_dim=64 in torch.float32: even 32-key blocks need more"):
         da.decode_attention(q, k, v, mask, backend="triton")
