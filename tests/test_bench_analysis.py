@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import pytest
 
-from peagle_lab.bench.analysis import best_k, check_goals, pooled_acceptance, ratios
+from dataclasses import replace
+
+from peagle_lab.bench.analysis import best_k, check_goals, pooled_acceptance, ratios, rows_busy, step_split
 from peagle_lab.bench.schema import BenchResult, BenchRow
 
 RUN_INFO = {"device": "test", "torch": "x", "command": "x", "commit": None, "date": "x"}
@@ -71,3 +73,20 @@ def test_goals_report_pass_miss_and_missing_with_evidence():
     assert plain.passed is True and plain.value() == "1.25 ms" and plain.bound == "≤ 1.3 ms"
     assert k7.passed is False and k7.measured == pytest.approx(1.6)
     assert goals["plain step, c=64, chat"].passed is None
+
+
+def test_rows_busy_is_the_share_of_row_steps_whose_request_was_still_decoding():
+    """A batch of 4 whose requests need 10, 10, 10 and 30 steps runs 30 steps: 60 of 120 row-steps busy.
+    The step split says so at c > 1 (the c = 64 ratio goals' evidence); at c = 1 it stays silent."""
+    spec = replace(row("peagle", 4, 4, 100.0, drafts=60, accepted=(30, 20, 10, 5)), num_steps=30)
+    assert rows_busy(spec) == pytest.approx(0.5)
+    assert step_split(spec).endswith("rows busy 50% (30 steps)")
+    # plain decoding: the prefill makes each request's first token, every step one more per busy row
+    plain = replace(row("baseline", 0, 4, 100.0), output_tokens=4 * 33, num_prompts=4, num_steps=32)
+    assert rows_busy(plain) == pytest.approx(1.0)
+    ragged = replace(plain, output_tokens=4 + 32 + 3 * 8, num_steps=32)  # one request of 33 tokens, three of 9
+    assert rows_busy(ragged) == pytest.approx((32 + 3 * 8) / (4 * 32))
+    alone = replace(spec, concurrency=1)
+    assert "rows busy" not in step_split(alone)
+    assert rows_busy(replace(spec, num_steps=None)) is None
+    assert rows_busy(replace(plain, num_prompts=None)) is None

@@ -91,15 +91,47 @@ def pooled_acceptance(rows: list[BenchRow], source: str = "peagle_lab") -> list[
     return sorted(out, key=lambda a: (a.workload, a.temperature, a.method, a.k))
 
 
+def rows_busy(row: BenchRow) -> float | None:
+    """The share of a batch's row-steps that served a request still decoding (None: not known).
+
+    A batch decodes until its slowest request is done, and a finished request's row idles until
+    then. Speculative cells count one draft round per request still decoding at each step
+    (``num_drafts``); plain decoding makes one token per such request and step, after the first
+    token that the prefill makes. Either count over steps × c is the share: plain decoding reads
+    1, speculative batches less, because their requests accept at different rates.
+
+    >>> from peagle_lab.bench.schema import BenchRow
+    >>> r = BenchRow("peagle", 4, 64, "chat", 0.0, 1.0, 1.0, 2.0, [0.5] * 4, 3200, 3200, 0, 0, 0, 6400,
+    ...              num_steps=80)
+    >>> rows_busy(r)  # 3,200 request-steps of 80 × 64
+    0.625
+    """
+    if not row.num_steps:
+        return None
+    if row.method == "baseline":
+        if row.num_prompts is None:
+            return None
+        busy = row.output_tokens - row.num_prompts
+    else:
+        busy = row.num_drafts
+    return busy / (row.num_steps * row.concurrency)
+
+
 def step_split(row: BenchRow) -> str:
-    """One line: where a decode step of ``row`` goes (medians; "other" = host work and gaps)."""
+    """One line: where a decode step of ``row`` goes (medians; "other" = host work and gaps).
+
+    At c > 1 it also says how busy the batch's rows were (``rows_busy``): where requests finish
+    at different steps, the slowest one sets how many steps a batch takes.
+    """
     parts = [(n, getattr(row, f"{n}_ms")) for n in ("verify", "draft", "prep")]
     known = sum(v for _, v in parts if v is not None)
     text = " + ".join(f"{n} {v:.2f}" for n, v in parts if v)
     if row.step_ms is not None:
         text = f"step {row.step_ms:.2f} ms = {text} + other {max(row.step_ms - known, 0.0):.2f}"
     label = f"{row.method} K={row.k}" if row.k else row.method
-    return f"{label}: AL {row.acceptance_length:.2f}, {text} ms"
+    busy = rows_busy(row) if row.concurrency > 1 else None
+    tail = "" if busy is None else f", rows busy {100 * busy:.0f}% ({row.num_steps} steps)"
+    return f"{label}: AL {row.acceptance_length:.2f}, {text} ms{tail}"
 
 
 @dataclass(frozen=True)
