@@ -21,11 +21,19 @@ so the KV of rejected tokens is never read.
 The step itself is :mod:`peagle_lab.step` (plain functions); this module adds what a serving
 loop needs around it: KV caches kept across calls (``reserve``), CUDA graphs of the verify part
 and the drafter, timing without host syncs, and vLLM's counters.
+
+``generate(prompts, concurrency=c)`` with more prompts than ``c`` batches continuously: a
+request that finishes frees its row, and once about ``c / 4`` rows are free (or none is busy)
+the next prompts are prefilled, and their first drafts made, in a scratch cache whose blocks
+are then copied into the free rows' blocks; the other rows keep their state. A static batch
+runs until its slowest request is done, and on the H200 a speculative batch of 64 kept only
+60-76 % of its row-steps busy (e464b5d K sweep, ``bench.analysis.rows_busy``).
 """
 from __future__ import annotations
 
 import functools
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -34,7 +42,7 @@ import torch
 
 from . import step
 from .acceptance import acceptance_length, per_position_acceptance
-from .config import SpecConfig
+from .config import SpecConfig, check_int
 from .drafter import Drafter, check_drafter_fits
 from .drafting import DraftResult, run_drafter
 from .kernels.backend import resolve as resolve_backend
@@ -150,6 +158,7 @@ def capture_graph(fn, pool=None):
 
 
 KV_BLOCK_ALIGN = 64  # positions; see SpecDecoder._caches
+REFILL_DIVISOR = 4  # continuous batching admits about c / 4 prompts at a time (one prefill shape)
 PREFILL_ALIGN = 64  # padded prefill widths are a multiple of this (SpecDecoder._prefill, StreamDecoder)
 PREFILL_GRAPH_TOKENS = 16384  # SpecConfig.prefill_graphs: c × padded width at most; longer prefills stay eager
 
@@ -359,7 +368,7 @@ class SpecDecoder:
                          cfg.kernel_backend)
 
     def _prefill(self, ids: torch.Tensor, pos: torch.Tensor, lens: torch.Tensor, cache, max_len: int,
-                 taps: bool) -> tuple[step.TargetOutput, torch.Tensor, torch.Tensor, bool]:
+                 taps: bool, tag: str = "batch") -> tuple[step.TargetOutput, torch.Tensor, torch.Tensor, bool]:
         """The target over the padded prompts (``step.prefill``); with ``prefill_graphs``, at a padded shape.
 
         The width is padded to a multiple of ``PREFILL_ALIGN`` (the padding writes no KV and
@@ -368,6 +377,9 @@ class SpecDecoder:
         prefill costs about the same 20 ms at c = 1 and at c = 64 on the H200, so its launches,
         not its arithmetic, set its time. Prefills over ``PREFILL_GRAPH_TOKENS`` tokens are
         compute-bound and stay eager (each graph keeps its taps, c × width × 3H, allocated).
+
+        ``tag`` names the cache in the graph's key ("batch": the main one, "admit": the scratch cache
+        of continuous batching), since a captured graph writes to the cache it was captured with.
 
         Returns the output with the ids and positions the first draft reads, and whether that
         draft may replay as a graph: with ``first_draft_graphs`` and a padded prefill, all at the
@@ -389,7 +401,7 @@ class SpecDecoder:
         if self.use_graphs:
             if self._prefill_graphs.pool is None:
                 self._prefill_graphs.pool = torch.cuda.graph_pool_handle()  # one pool for every shape
-            logits, tap = self._prefill_graphs.run(("prefill", c, tb, max_len, taps), fn, ids, lens)
+            logits, tap = self._prefill_graphs.run(("prefill", tag, c, tb, max_len, taps), fn, ids, lens)
         else:
             logits, tap = fn(ids, lens)
         if self.config.first_draft_graphs:
@@ -407,7 +419,7 @@ class SpecDecoder:
         return self._graphs.run(key, fn, ids, hidden, pos, slots, *extra)
 
     def _draft(self, cache, taps, ids, pos, n, bonus, max_len, gen, timer: "Timer | None" = None,
-               graph_first: bool = False):
+               graph_first: bool = False, tag: str = "batch"):
         """``step.prepare_draft`` (timed as "prep") then ``step.draft``; returns (result, marks).
 
         On CUDA at temperature 0, decode steps replay two graphs (prep, then every drafter
@@ -426,7 +438,7 @@ class SpecDecoder:
 
         decode = ids.shape[1] == cfg.k + 1  # decode-step shapes are worth a graph, and a padded first draft
         if self.use_graphs and cfg.temperature == 0 and (decode or graph_first):
-            key = ("draft" if decode else "first-draft", tuple(ids.shape))
+            key = ("draft" if decode else "first-draft", tag, tuple(ids.shape))
             res, marks = self._graphed_draft(prep, draft, (taps, ids, pos, n, bonus), timer, key)
         else:
             m0 = timer.mark() if timer else None
@@ -460,16 +472,24 @@ class SpecDecoder:
     # ------------------------------------------------------------------ the loop
     @torch.inference_mode()
     def generate(self, prompts: list[list[int]], max_new_tokens: int | None = None,
-                 eos_token_ids: tuple[int, ...] | None = None) -> GenerationResult:
+                 eos_token_ids: tuple[int, ...] | None = None, *, concurrency: int | None = None) -> GenerationResult:
         """Decode every prompt (token ids) until EOS or ``max_new_tokens``.
+
+        ``concurrency``: decode at most this many requests at a time, with continuous batching (a
+        finished request's row takes the next prompt); None decodes all prompts as one batch.
 
         Returns:
             GenerationResult with the new tokens per request, the metrics and a step trace.
 
         Raises:
             ValueError: empty batch or prompt, ids that are not ints or lie outside the vocabulary,
-                a prompt too long for the context, bad ``max_new_tokens`` or ``eos_token_ids``.
+                a prompt too long for the context, bad ``max_new_tokens``, ``eos_token_ids`` or
+                ``concurrency``.
         """
+        if concurrency is not None:
+            check_int("concurrency", concurrency, 1, 1 << 16)
+            if isinstance(prompts, (list, tuple)) and concurrency < len(prompts):
+                return self._generate_continuous(prompts, max_new_tokens, eos_token_ids, concurrency)
         cfg, K = self.config, self.config.k
         max_new, eos, need = self._check_request(prompts, max_new_tokens, eos_token_ids)
         c, dev = len(prompts), self.device
@@ -492,29 +512,155 @@ class SpecDecoder:
         counts, trace, timer = _Counts(K), [], Timer(dev)
         t1 = time.perf_counter()
         while not all(done):
-            m0 = timer.mark()
-            v = self._verify(st, cache_t, max_len, gen)
-            m1 = timer.mark()
-            rows = _Readback(v.packed)  # the accepted tokens travel to the host while the drafter runs
-            marks, forwards = None, 0
-            if K:  # drafted for every request: waiting to learn which ones finished would idle the GPU
-                draft, marks = self._draft(cache_d, v.taps, v.ids, v.positions, v.num_accepted, v.next_tokens,
-                                           max_len, gen, timer)
-                forwards = draft.num_forwards
-            packed = rows.wait()  # [c][K+2]: this step's new tokens (-1 padded), then accepted counts
+            v, draft, packed, marks = self._step(st, cache_t, cache_d, max_len, gen, timer)
             was_done = list(done)
             accepted_now = step.accept(outputs, done, [r[:-1] for r in packed], [r[-1] for r in packed], eos, max_new)
             if K:
                 counts.add(accepted_now)
             active = st.active if done == was_done else _device_flags([not d for d in done], dev)
             st = _State(v.next_tokens, draft, v.start, active)
-            trace.append((len(trace), m0, m1, marks, tuple(accepted_now), forwards))
+            trace.append((len(trace), *marks, tuple(accepted_now), draft.num_forwards if K else 0))
         if dev.type == "cuda":
             torch.cuda.synchronize()
         decode_s = time.perf_counter() - t1
         outs = [step.trim(o, eos, max_new) for o in outputs]
         metrics = counts.metrics(cfg.method, c, len(trace), sum(len(o) for o in outs), prefill_s, decode_s)
         return GenerationResult(outs, metrics, [_step_trace(timer, *t) for t in trace])
+
+    def _step(self, st: "_State", cache_t, cache_d, max_len: int, gen, timer: "Timer"):
+        """One decode step of every row: (verified, the next drafts, the host's copy of the new tokens, marks).
+
+        The accepted tokens travel to the host while the drafter runs; the drafter drafts for every
+        row, since waiting to learn which requests finished would idle the GPU.
+        """
+        m0 = timer.mark()
+        v = self._verify(st, cache_t, max_len, gen)
+        m1 = timer.mark()
+        rows = _Readback(v.packed)
+        draft, marks = None, None
+        if self.config.k:
+            draft, marks = self._draft(cache_d, v.taps, v.ids, v.positions, v.num_accepted, v.next_tokens,
+                                       max_len, gen, timer)
+        return v, draft, rows.wait(), (m0, m1, marks)  # packed: [c][K+2], new tokens (-1 padded), then n
+
+    # ------------------------------------------------------------------ continuous batching
+    def _scratch(self, rows: int, max_len: int):
+        """The target's and the drafter's scratch caches for admissions (``rows`` blocks of ``max_len``)."""
+        cur = getattr(self, "_scratch_caches", None)
+        if cur is None or cur[0].max_batch != rows or cur[0].max_len != max_len:
+            for key in [k for k in (*self._graphs.graphs, *self._prefill_graphs.graphs) if "admit" in k]:
+                self._graphs.graphs.pop(key, None)  # they write to the old scratch caches
+                self._prefill_graphs.graphs.pop(key, None)
+            t = self.target.allocate_cache(rows, max_len)
+            t.decode_attention = self.decode_attention
+            d = None
+            if self.config.k:
+                d = self.drafter.allocate_cache(rows, max_len)
+                d.decode_attention = self.decode_attention
+            self._scratch_caches = (t, d)
+        return self._scratch_caches
+
+    def _admit(self, prompts: list[list[int]], reqs: list[int], rows: list[int], width: int, gen):
+        """Prefill ``prompts[reqs]`` for rows ``rows``: (first tokens, their drafts, prompt lengths), [n] each.
+
+        The prompts are prefilled and drafted for in the scratch caches (rows 0..n-1, as
+        ``step.prefill`` and the drafter expect), padded to the scratch's rows and to ``width``
+        tokens, so every admission of one ``generate`` has one shape (one CUDA graph each); then
+        each block is copied into its row's block of the main caches (padding rows into the spare
+        block, which no row reads).
+        """
+        K, dev = self.config.k, self.device
+        scratch_t, scratch_d = self._scratch_caches
+        S, n, max_len = scratch_t.max_batch, len(reqs), scratch_t.max_len
+        batch = [prompts[q] + [0] * (width - len(prompts[q])) for q in reqs] + [[0] * width] * (S - n)
+        ids = torch.tensor(batch, dtype=torch.long, device=dev)
+        lens = torch.tensor([len(prompts[q]) for q in reqs] + [1] * (S - n), device=dev)
+        pos = torch.arange(width, device=dev).expand(S, width).contiguous()
+        out, ids, pos, graph_first = self._prefill(ids, pos, lens, scratch_t, max_len, K > 0, tag="admit")
+        nxt = step.sample(out.logits[:, 0], self.config.temperature, gen)
+        draft = self._draft(scratch_d, out.taps, ids, pos, lens - 1, nxt, max_len, gen, graph_first=graph_first,
+                            tag="admit")[0] if K else None
+        dest = torch.tensor(rows + [self._cache_t.max_batch - 1] * (S - n), device=dev)
+        _copy_blocks(scratch_t, self._cache_t, dest)
+        if K:
+            _copy_blocks(scratch_d, self._cache_d, dest)
+        return nxt[:n], None if draft is None else draft, lens[:n]
+
+    def _generate_continuous(self, prompts: list[list[int]], max_new_tokens, eos_token_ids,
+                             c: int) -> GenerationResult:
+        """``generate`` with ``c`` rows for more than ``c`` prompts: finished rows take the next prompts."""
+        cfg, K, dev = self.config, self.config.k, self.device
+        max_new, eos, need = self._check_request(prompts, max_new_tokens, eos_token_ids)
+        gen = torch.Generator(device=dev).manual_seed(cfg.seed)
+        refill = max(1, c // REFILL_DIVISOR)  # rows admitted together: the scratch caches' rows
+        cache_t, cache_d = self._caches(c + 1, need)  # block c: the spare that padding rows land in
+        max_len = cache_t.max_len
+        self._scratch(refill, max_len)
+        width = max(len(p) for p in prompts)  # one admission shape for the whole call
+        queue, results = deque(range(len(prompts))), [None] * len(prompts)
+        owner, outs, done = [-1] * c, [[] for _ in range(c)], [True] * c  # a free row counts as done
+        st = _State(torch.zeros(c, dtype=torch.long, device=dev),
+                    DraftResult(torch.zeros(c, K, dtype=torch.long, device=dev), None, 0, None) if K else None,
+                    torch.zeros(c, dtype=torch.long, device=dev), torch.zeros(c, dtype=torch.bool, device=dev))
+        counts, trace, timer, spans = _Counts(K), [], Timer(dev), []
+        t0 = time.perf_counter()
+
+        def release() -> list[int]:  # rows whose request finished (at the last step or at once): free
+            for b in range(c):
+                if owner[b] >= 0 and done[b]:
+                    results[owner[b]], owner[b] = step.trim(outs[b], eos, max_new), -1
+            return [b for b in range(c) if owner[b] < 0]
+
+        while True:
+            free = release()
+            if queue and free and (len(free) >= min(refill, len(queue)) or len(free) == c):
+                start = timer.mark()
+                while queue and free:
+                    reqs = [queue.popleft() for _ in free[: min(refill, len(queue))]]
+                    rows, free = free[: len(reqs)], free[len(reqs):]
+                    st = self._admitted(st, rows, *self._admit(prompts, reqs, rows, width, gen))
+                    first = st.nxt[torch.tensor(rows, device=dev)].tolist()
+                    for b, q, t in zip(rows, reqs, first):
+                        owner[b], outs[b] = q, [t]
+                        done[b] = step.finished(outs[b], eos, max_new)
+                spans.append((start, timer.mark()))
+                free = release()  # a first token can finish a request
+            if len(free) == c:
+                if queue:
+                    continue
+                break
+            st = _State(st.nxt, st.draft, st.start, _device_flags([not d for d in done], dev))
+            v, draft, packed, marks = self._step(st, cache_t, cache_d, max_len, gen, timer)
+            accepted_now = step.accept(outs, done, [r[:-1] for r in packed], [r[-1] for r in packed], eos, max_new)
+            if K:
+                counts.add(accepted_now)
+            st = _State(v.next_tokens, draft, v.start, st.active)
+            trace.append((len(trace), *marks, tuple(accepted_now), draft.num_forwards if K else 0))
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
+        wall = time.perf_counter() - t0
+        prefill_s = sum(timer.ms(a, b) for a, b in spans) / 1e3
+        metrics = counts.metrics(cfg.method, len(prompts), len(trace), sum(len(r) for r in results), prefill_s,
+                                 max(wall - prefill_s, 0.0))
+        return GenerationResult(results, metrics, [_step_trace(timer, *t) for t in trace])
+
+    def _admitted(self, st: "_State", rows: list[int], nxt: torch.Tensor, draft: DraftResult | None,
+                  lens: torch.Tensor) -> "_State":
+        """``st`` with rows ``rows`` set to new requests (new tensors: the old ones may be a graph's outputs)."""
+        idx = torch.tensor(rows, device=self.device)
+        new = None
+        if draft is not None:
+            n = len(rows)
+            probs = None
+            if st.draft.draft_probs is not None or draft.draft_probs is not None:
+                old = st.draft.draft_probs
+                if old is None:
+                    old = torch.zeros(st.draft.tokens.shape + draft.draft_probs.shape[2:], device=self.device)
+                probs = old.index_copy(0, idx, draft.draft_probs[:n])
+            new = DraftResult(st.draft.tokens.index_copy(0, idx, draft.tokens[:n]), probs, draft.num_forwards,
+                              draft.inputs)
+        return _State(st.nxt.index_copy(0, idx, nxt), new, st.start.index_copy(0, idx, lens.to(st.start.dtype)),
+                      st.active)
 
     def _check_request(self, prompts, max_new_tokens, eos_token_ids) -> tuple[int, set[int], int]:
         """Validate one ``generate`` call: (max_new, eos ids, KV positions a request needs)."""
@@ -609,6 +755,14 @@ class _Readback:
         if self.event is not None:
             self.event.synchronize()
         return self.host.tolist()
+
+
+def _copy_blocks(src, dst, dest: torch.Tensor) -> None:
+    """Block ``j`` of KV cache ``src`` into block ``dest[j]`` of ``dst`` (one max_len), every layer."""
+    L = src.max_len
+    for main, part in zip((*dst.k, *dst.v), (*src.k, *src.v)):
+        blocks = main[: dst.max_batch * L].view(dst.max_batch, L, *main.shape[1:])
+        blocks.index_copy_(0, dest, part[: src.max_batch * L].view(src.max_batch, L, *main.shape[1:]))
 
 
 def _device_flags(flags: list[bool], device: torch.device) -> torch.Tensor:
