@@ -181,3 +181,36 @@ def test_every_batch_of_a_cell_is_warmed_before_it_is_timed_for_every_method(met
     assert [b for b, _ in warm] == batches and all(n < 12 for _, n in warm)  # short, untimed
     assert [b for b, _ in timed] == batches and all(n == 12 for _, n in timed)
     assert row.num_prompts == 3
+
+
+def test_continuous_cells_decode_n_times_c_requests_in_one_call_with_prompts_in_turn():
+    cfg = SweepConfig(min_prompts=4, continuous=3)
+    assert [cfg.num_prompts(c) for c in (1, 2, 8)] == [4, 6, 24]  # c = 1 stays one request at a time
+    with pytest.raises(ValueError, match="continuous"):
+        SweepConfig(continuous=-1)
+    target = tiny_target()
+    engine = SpecDecoder(target, tiny_drafter(target, "peagle"), SpecConfig(method="peagle", num_speculative_tokens=2))
+    calls = []
+    real = engine.generate
+    engine.generate = lambda batch, **kw: calls.append((len(batch), kw)) or real(batch, **kw)
+    prompts = load_workload("chat", 5, tokenizer=HashTokenizer(target.config.vocab_size))
+    row, tokens = measure_cell(engine, Cell("chat", "peagle", 2, 4), prompts, SweepConfig(max_new_tokens=10,
+                                                                                          continuous=3))
+    # a warm-up over the same 12 requests, then the timed call; prompts 0-4 taken in turn
+    assert [(n, kw["concurrency"]) for n, kw in calls] == [(12, 4), (12, 4)]
+    assert calls[0][1]["max_new_tokens"] < 10 == calls[1][1]["max_new_tokens"]
+    assert row.num_prompts == 12 and row.extra["continuous"] and tokens[5] == tokens[0]  # prompt 0 again
+    plain = SpecDecoder(target, None, SpecConfig(method="baseline"))
+    assert tokens[:5] == plain.generate([list(p.token_ids) for p in prompts], max_new_tokens=10,
+                                        eos_token_ids=()).tokens
+
+
+def test_a_continuous_sweep_caps_the_prompts_it_loads_at_the_workload_size(tmp_path):
+    target = tiny_target()
+    cfg = SweepConfig(methods=("baseline", "peagle"), ks=(2,), extra_ks=(), concurrencies=(64,), workloads=("chat",),
+                      max_new_tokens=4, min_prompts=4, continuous=2, reference=False, cuda_graphs=False)
+    drafters = {"peagle": tiny_drafter(target, "peagle")}
+    result = run_sweep(target, HashTokenizer(target.config.vocab_size), drafters, cfg, run_info=RUN_INFO,
+                       progress=False)
+    assert result.config["prompts"]["chat"]["num"] == 80  # 128 requests from the 80 chat prompts
+    assert {r.num_prompts for r in result.rows} == {128}

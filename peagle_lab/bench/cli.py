@@ -57,6 +57,9 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workloads", nargs="+", choices=WORKLOADS, help="default: chat code long")
     p.add_argument("--max-new-tokens", type=int, help="per request, every cell (full: 128)")
     p.add_argument("--min-prompts", type=int, help="prompts per cell at least (full: 4)")
+    p.add_argument("--continuous", type=int, metavar="N",
+                   help="continuous batching at c > 1: N x c requests a cell, rows refilled as requests "
+                        "finish (default 0: static batches of c)")
     p.add_argument("--temperature", type=float, help="0 = greedy (default); >0 = rejection sampling")
     p.add_argument("--stop-at-eos", action="store_true", help="stop requests at EOS (default: fixed length)")
     p.add_argument("--seed", type=int)

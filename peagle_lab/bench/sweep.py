@@ -34,7 +34,7 @@ from ..acceptance import acceptance_length, per_position_acceptance
 from ..config import BACKENDS, COMPILE_MODES, MAX_K, METHODS, SpecConfig, check_choice, check_int
 from ..engine import GenerationResult, SpecDecoder
 from .schema import BenchResult, BenchRow, SkippedCell
-from .workloads import WORKLOADS, Prompt, load_workload
+from .workloads import WORKLOAD_SIZES, WORKLOADS, Prompt, load_workload
 
 
 @dataclass(frozen=True)
@@ -50,6 +50,10 @@ class SweepConfig:
     temperature: float = 0.0  # 0: greedy verification; > 0: rejection sampling
     max_new_tokens: int = 128  # per request, every cell
     min_prompts: int = 4  # a cell decodes c·⌈min_prompts/c⌉ prompts, in batches of c
+    # > 0: cells at c > 1 batch continuously (SpecDecoder.generate(..., concurrency=c)) over
+    # max(min_prompts, continuous·c) requests, the workload's prompts taken in turn (repeated when it
+    # has fewer); 0: static batches of c, each decoding until its slowest request is done
+    continuous: int = 0
     ignore_eos: bool = True  # fixed output length (like vLLM's --ignore-eos), so cells compare
     seed: int = 0  # prompt selection and sampling
     cuda_graphs: bool = True
@@ -86,6 +90,7 @@ class SweepConfig:
             raise ValueError(f"temperature={self.temperature!r} must be a number in [0, 100]")
         check_int("max_new_tokens", self.max_new_tokens, 1, 1 << 16)
         check_int("min_prompts", self.min_prompts, 1, 4096)
+        check_int("continuous", self.continuous, 0, 64)
         if self.max_batch_tokens is not None:
             check_int("max_batch_tokens", self.max_batch_tokens, 1)
         lo, hi = self.long_context_tokens
@@ -95,8 +100,18 @@ class SweepConfig:
             raise ValueError(f"time_budget_s={self.time_budget_s!r} must be > 0 (or None for no budget)")
 
     def num_prompts(self, concurrency: int) -> int:
-        """Prompts a cell at ``concurrency`` decodes: whole batches, at least ``min_prompts``."""
+        """Requests a cell at ``concurrency`` decodes: whole batches of at least ``min_prompts``, or
+        with ``continuous`` at c > 1, ``max(min_prompts, continuous·c)``.
+
+        >>> SweepConfig(min_prompts=16).num_prompts(64), SweepConfig(min_prompts=16, continuous=4).num_prompts(64)
+        (64, 256)
+        """
+        if self.batches_continuously(concurrency):
+            return max(self.min_prompts, self.continuous * concurrency)
         return concurrency * math.ceil(self.min_prompts / concurrency)
+
+    def batches_continuously(self, concurrency: int) -> bool:
+        return self.continuous > 0 and concurrency > 1
 
 
 @dataclass(frozen=True)
@@ -164,9 +179,18 @@ def measure_cell(engine: SpecDecoder, cell: Cell, prompts: list[Prompt],
                  cfg: SweepConfig) -> tuple[BenchRow, list[list[int]]]:
     """Warm up, then time one cell; returns its row and the new tokens of every request."""
     c = cell.concurrency
-    ids = [list(p.token_ids) for p in prompts[: cfg.num_prompts(c)]]
-    batches = [ids[i: i + c] for i in range(0, len(ids), c)]
+    n = cfg.num_prompts(c)
+    ids = [list(prompts[i % len(prompts)].token_ids) for i in range(n)]  # in turn: a workload may have fewer
     eos = () if cfg.ignore_eos else None
+    if cfg.batches_continuously(c):
+        # one call with every request, so the warm-up meets the timed run's shapes (one admission width)
+        engine.generate(ids, max_new_tokens=min(2 * cell.k + 4, cfg.max_new_tokens), eos_token_ids=eos,
+                        concurrency=c)
+        results = [engine.generate(ids, max_new_tokens=cfg.max_new_tokens, eos_token_ids=eos, concurrency=c)]
+        row = cell_row(cell, results, cfg)
+        row.extra.update(warmup_s=round(engine.warmup_s, 3), compiled=engine.compiled, continuous=True)
+        return row, results[0].tokens
+    batches = [ids[i: i + c] for i in range(0, len(ids), c)]
     # Every batch is warmed, for every method: speculative methods capture a drafter graph per
     # prefill length, and a prompt shape's first eager prefill is slow for any method. Plain
     # decoding once warmed only its first batch, so at c = 1 its other prefills ran cold: 50-54 ms
@@ -240,6 +264,8 @@ def load_prompts(cfg: SweepConfig, tokenizer, max_positions: int, cells: list[Ce
         if cfg.reference and w in cfg.reference_workloads:
             cs += list(cfg.reference_concurrency)
         n = max(cfg.num_prompts(c) for c in cs or [1])
+        if cfg.continuous and w in WORKLOAD_SIZES:
+            n = min(n, WORKLOAD_SIZES[w])  # continuous cells take the prompts in turn
         out[w] = load_workload(w, n, cfg.seed, tokenizer, max_prompt_tokens=limit,
                                long_context_tokens=cfg.long_context_tokens)
     return out
@@ -286,7 +312,8 @@ def _cell(target, drafters: dict, cell: Cell, prompts: list[Prompt], cfg: SweepC
                       compile=cfg.compile, kernel_backend=cfg.kernel_backend, decode_attention=cfg.decode_attention)
     engine = SpecDecoder(target, drafters.get(cell.method), spec)
     try:
-        engine.reserve(c, need)  # caches sized once: no timed pass regrows them (and drops graphs)
+        # caches sized once: no timed pass regrows them (and drops graphs); continuous batching keeps a spare block
+        engine.reserve(c + 1 if cfg.batches_continuously(c) else c, need)
         row, tokens = measure_cell(engine, cell, prompts, cfg)
         reason = ""
     except torch.OutOfMemoryError as e:

@@ -30,6 +30,7 @@ from pathlib import Path
 from ..chat import encode_chat
 
 WORKLOADS = ("chat", "code", "long")
+WORKLOAD_SIZES = {"chat": 80, "code": 164}  # prompts each has (long context builds as many as asked)
 CHAT_CATEGORIES = ("writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities")
 CODE_TEMPLATE = ("Complete the following Python function. Reply with the whole function in one Python "
                  "code block.\n\n```python\n{prompt}```")
@@ -256,7 +257,7 @@ def load_workload(name: str, n: int, seed: int = 0, tokenizer=None, *, max_promp
         raise WorkloadError("load_workload needs the target's tokenizer (or a HashTokenizer for tiny models)")
     if name == "long":
         return _long(n, seed, tokenizer, tuple(long_context_tokens), max_prompt_tokens)
-    size = 80 if name == "chat" else 164
+    size = WORKLOAD_SIZES[name]
     prompts = (_chat if name == "chat" else _code)(size, seed, tokenizer)
     if max_prompt_tokens is not None:
         prompts = [p for p in prompts if p.num_tokens <= max_prompt_tokens]
