@@ -57,7 +57,8 @@ def test_graphed_first_draft_is_lossless_and_drafts_as_the_eager_one(method):
         runs[graphed] = (engine.generate(PROMPTS).tokens, first[0], engine)
     assert runs[True][0] == decode(t, None, "baseline", prefill_graphs=True).tokens
     assert torch.equal(runs[True][1], runs[False][1])
-    assert [k for k in runs[True][2]._graphs.graphs if k[0] == "first-draft"] == [("first-draft", (len(PROMPTS), 64))]
+    assert [k for k in runs[True][2]._graphs.graphs if k[0] == "first-draft"] == \
+        [("first-draft", "batch", (len(PROMPTS), 64))]
 
 
 @pytest.mark.parametrize("method", ["baseline", "eagle3", "peagle"])
@@ -74,6 +75,26 @@ def test_graphed_prefill_is_lossless_and_captured_once_per_shape(method):
     assert got == decode(t, d, method, 4, graphs=False, prefill_graphs=True).tokens
     assert engine.generate(PROMPTS[::-1]).tokens == got[::-1]  # the same shape replays with new prompts
     assert len(engine._prefill_graphs.graphs) == 1
+
+
+@pytest.mark.parametrize("method", ["baseline", "eagle3", "peagle"])
+def test_continuous_batching_in_cuda_graphs_is_lossless_and_captures_one_admission_shape(method):
+    # generate(..., concurrency=c): admissions prefill and first-draft in scratch caches at one padded shape per
+    # call, as CUDA graphs keyed apart from the main batch's (a graph writes to the cache it was captured with)
+    t = cuda_target()
+    prompts = [p * (i + 1) for i, p in enumerate(PROMPTS)] + PROMPTS + [[7] * 20, [8, 9]]
+    base = SpecDecoder(t, None, SpecConfig(method="baseline", max_new_tokens=32, cuda_graphs=False))
+    want = [base.generate([p]).tokens[0] for p in prompts]
+    engine = SpecDecoder(t, None if method == "baseline" else tiny_drafter(t, method, seed=2),
+                         SpecConfig(method=method, num_speculative_tokens=4, max_new_tokens=32))
+    assert engine.generate(prompts[:4]).tokens == want[:4]  # a static batch first: its graphs stay apart
+    for c in (4, 3):
+        got = engine.generate(prompts, concurrency=c)
+        assert got.tokens == want
+        assert all(len(s.num_accepted) <= c for s in got.trace)
+    admit = [k for k in engine._prefill_graphs.graphs if "admit" in k]
+    assert len(admit) == 1  # c = 4 and 3 both admit one row at a time at the same padded width
+    assert engine.generate(prompts[:4]).tokens == want[:4]
 
 
 @pytest.mark.parametrize("method", ["baseline", "eagle3", "peagle"])
