@@ -214,3 +214,10 @@ def test_a_continuous_sweep_caps_the_prompts_it_loads_at_the_workload_size(tmp_p
                        progress=False)
     assert result.config["prompts"]["chat"]["num"] == 80  # 128 requests from the 80 chat prompts
     assert {r.num_prompts for r in result.rows} == {128}
+
+
+def test_tpot_of_a_continuous_call_is_per_row_not_per_call():
+    """8 requests of 9 tokens through 2 rows in 64 ms of decoding: each row made 32 decode tokens, 2 ms each."""
+    m = Metrics("peagle", 3, 8, 20, 20, 60, 10, (6, 3, 1), 72, 0.01, 0.064)
+    row = cell_row(Cell("chat", "peagle", 3, 2), [GenerationResult([[0] * 9] * 8, m, [])], SweepConfig(max_new_tokens=9))
+    assert row.tpot_ms == pytest.approx(2.0) and row.num_prompts == 8

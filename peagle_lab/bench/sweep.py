@@ -156,7 +156,8 @@ def cell_row(cell: Cell, results: list[GenerationResult], cfg: SweepConfig) -> B
     out = sum(m.output_tokens for m in ms)
     wall = sum(m.prefill_s + m.decode_s for m in ms)
     decode = sum(m.decode_s for m in ms)
-    per_request = sum(m.output_tokens / m.num_requests - 1 for m in ms)
+    # decode tokens a row made: per request in a static batch of c, per row over a continuous call (c rows)
+    per_request = sum(m.output_tokens - m.num_requests for m in ms) / cell.concurrency
     drafts, acc = sum(m.num_drafts for m in ms), sum(m.num_accepted_tokens for m in ms)
     pos = [sum(col) for col in zip(*(m.accepted_per_position for m in ms))] if cell.k else []
     num_steps = sum(m.num_steps for m in ms)
