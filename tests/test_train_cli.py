@@ -93,6 +93,9 @@ def test_a_fresh_head_declares_the_default_drafting_window(runs):
 
     layer = json.loads((runs[0] / "head" / "config.json").read_text())["transformer_layer_config"]
     assert layer["sliding_window"] == DEFAULT_SLIDING_WINDOW and set(layer["layer_types"]) == {"sliding_attention"}
+    # and its card says so (a card without the section once shipped beside a config with the window)
+    assert f"declares a {DEFAULT_SLIDING_WINDOW}-position drafting attention window" in \
+        (runs[0] / "head" / "README.md").read_text()
 
 
 def test_a_bad_sliding_window_fails_before_anything_loads(tmp_path, capsys):
@@ -116,6 +119,7 @@ def test_eval_exports_a_bf16_head_with_its_card(runs, tmp_path):
     assert all(t.dtype in (torch.bfloat16, torch.long, torch.bool) for t in tensors.values())  # shipped in bf16
     card = (head / "README.md").read_text()
     assert "| K | AL |" in card and "python -m peagle_lab.train.cli eval" in card
+    assert "## Drafting window" in card  # the exported card keeps the window's section
     drafter = load_head(head, tiny_target(seed=0))  # loads back and fits the target
     assert drafter.config.method == "peagle"
 

@@ -113,13 +113,15 @@ def _data_paragraph(data_card: dict) -> str:
             f"Held out: {held.get('prompts', '?')} prompts. Seed {data_card.get('seed', '?')}.")
 
 
-def model_card(summary: dict, reports: list[AcceptanceReport], data_card: dict | None = None) -> str:
+def model_card(summary: dict, reports: list[AcceptanceReport], data_card: dict | None = None,
+               sliding_window: int | None = None) -> str:
     """The README.md of a trained head: what it is, its data, training and measured acceptance.
 
     Args:
         summary: the run's ``summary.json`` (config, steps, wall time, losses; written by the CLI).
         reports: held-out acceptance at each K.
         data_card: the data folder's card, if the head was trained on synthesised data.
+        sliding_window: the drafting window the head declares (its config's ``sliding_window``), if any.
     """
     get, cfg = summary.get, summary.get("config", {})
     method = cfg.get("method", "?")
@@ -168,6 +170,15 @@ def model_card(summary: dict, reports: list[AcceptanceReport], data_card: dict |
             lines += [f"## Benchmark workload `{name}` (prompts no training saw)", "",
                       f"{wr[0].num_prompts} prompts, temperature 0, same engine and device.", "",
                       reports_table(wr), ""]
+    if sliding_window:
+        lines += ["## Drafting window", "",
+                  f"This head declares a {sliding_window}-position drafting attention window (`sliding_window` with "
+                  "`layer_types` in `config.json`): each drafting query sees the last "
+                  f"{sliding_window} positions only. It is applied at inference, not in training; heads trained on "
+                  "chat-length sequences keep their later drafts on long prompts that way (`docs/concepts.md`, "
+                  "\"Long prompts\"). Requests shorter than the window draft exactly as without it; "
+                  "`peagle-lab bench --draft-window none` restores full attention, and `export_for_vllm` writes the "
+                  "same keys.", ""]
     commands = [get("command", "peagle-lab train ...")] + ([get("eval_command")] if get("eval_command") else [])
     lines += ["## Reproduce", "", "```", *commands, "```", "", "<details><summary>summary.json</summary>", "",
               "```json", json.dumps(summary, indent=2, default=str), "```", "</details>", ""]

@@ -176,7 +176,8 @@ def run_train(args) -> int:
             "heldout_examples": len(heldout), "data_card": card_digest(data_card),
         }
         head_dtype = torch.bfloat16 if args.head_dtype == "bfloat16" else torch.float32
-        save_head(drafter, out / "head", dtype=head_dtype, card=model_card(summary, reports, data_card))
+        save_head(drafter, out / "head", dtype=head_dtype,
+                  card=model_card(summary, reports, data_card, drafter.config.sliding_window))
         (out / "head" / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
         (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
         print(json.dumps({k: summary[k] for k in ("method", "num_hidden_layers", "steps", "wall_s", "tokens",
@@ -295,7 +296,8 @@ def run_eval(args) -> int:
             target, drafter, wp, wks, args.eval_max_new_tokens, args.concurrency)) for name, wp in workloads.items()}
         export = Path(args.export) / run.name
         summary["data_card"] = trained_on(summary, data_card)
-        save_head(drafter, export, dtype=dtype, card=model_card(summary, reports, summary["data_card"]))
+        save_head(drafter, export, dtype=dtype,
+                  card=model_card(summary, reports, summary["data_card"], drafter.config.sliding_window))
         (export / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
         print(f"{run.name}: {summary['method']}, {summary['num_hidden_layers']} layer(s), {summary['steps']} steps, "
               f"held-out loss {summary['heldout_loss']:.3f}, {len(prompts)} held-out prompts "
