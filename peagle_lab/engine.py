@@ -288,6 +288,7 @@ class SpecDecoder:
         self.cache_allocations = 0
         # Called with every DraftResult the engine proposes (the vLLM check records drafts with it).
         self.on_draft: Callable[[DraftResult], None] | None = None
+        self._scratch_caches = None  # (target, drafter) caches that continuous batching admits through
 
     def reserve(self, concurrency: int, max_len: int) -> None:
         """Size the KV caches for ``concurrency`` requests of up to ``max_len`` tokens now.
@@ -546,7 +547,7 @@ class SpecDecoder:
     # ------------------------------------------------------------------ continuous batching
     def _scratch(self, rows: int, max_len: int):
         """The target's and the drafter's scratch caches for admissions (``rows`` blocks of ``max_len``)."""
-        cur = getattr(self, "_scratch_caches", None)
+        cur = self._scratch_caches
         if cur is None or cur[0].max_batch != rows or cur[0].max_len != max_len:
             for key in [k for k in (*self._graphs.graphs, *self._prefill_graphs.graphs) if "admit" in k]:
                 self._graphs.graphs.pop(key, None)  # they write to the old scratch caches
@@ -581,10 +582,10 @@ class SpecDecoder:
         draft = self._draft(scratch_d, out.taps, ids, pos, lens - 1, nxt, max_len, gen, graph_first=graph_first,
                             tag="admit")[0] if K else None
         dest = torch.tensor(rows + [self._cache_t.max_batch - 1] * (S - n), device=dev)
-        _copy_blocks(scratch_t, self._cache_t, dest)
+        copy_kv_blocks(scratch_t, self._cache_t, dest)
         if K:
-            _copy_blocks(scratch_d, self._cache_d, dest)
-        return nxt[:n], None if draft is None else draft, lens[:n]
+            copy_kv_blocks(scratch_d, self._cache_d, dest)
+        return nxt[:n], draft, lens[:n]
 
     def _generate_continuous(self, prompts: list[list[int]], max_new_tokens, eos_token_ids,
                              c: int) -> GenerationResult:
@@ -603,6 +604,7 @@ class SpecDecoder:
                     DraftResult(torch.zeros(c, K, dtype=torch.long, device=dev), None, 0, None) if K else None,
                     torch.zeros(c, dtype=torch.long, device=dev), torch.zeros(c, dtype=torch.bool, device=dev))
         counts, trace, timer, spans = _Counts(K), [], Timer(dev), []
+        was_done = list(done)  # the flags st.active holds (every row free)
         t0 = time.perf_counter()
 
         def release() -> list[int]:  # rows whose request finished (at the last step or at once): free
@@ -618,9 +620,9 @@ class SpecDecoder:
                 while queue and free:
                     reqs = [queue.popleft() for _ in free[: min(refill, len(queue))]]
                     rows, free = free[: len(reqs)], free[len(reqs):]
-                    st = self._admitted(st, rows, *self._admit(prompts, reqs, rows, width, gen))
-                    first = st.nxt[torch.tensor(rows, device=dev)].tolist()
-                    for b, q, t in zip(rows, reqs, first):
+                    first, draft, lens = self._admit(prompts, reqs, rows, width, gen)
+                    st = self._admitted(st, rows, first, draft, lens)
+                    for b, q, t in zip(rows, reqs, first.tolist()):
                         owner[b], outs[b] = q, [t]
                         done[b] = step.finished(outs[b], eos, max_new)
                 spans.append((start, timer.mark()))
@@ -629,7 +631,9 @@ class SpecDecoder:
                 if queue:
                     continue
                 break
-            st = _State(st.nxt, st.draft, st.start, _device_flags([not d for d in done], dev))
+            if done != was_done:  # a row started or stopped decoding: new flags (as the static loop does)
+                st = _State(st.nxt, st.draft, st.start, _device_flags([not d for d in done], dev))
+                was_done = list(done)
             v, draft, packed, marks = self._step(st, cache_t, cache_d, max_len, gen, timer)
             accepted_now = step.accept(outs, done, [r[:-1] for r in packed], [r[-1] for r in packed], eos, max_new)
             if K:
@@ -757,8 +761,12 @@ class _Readback:
         return self.host.tolist()
 
 
-def _copy_blocks(src, dst, dest: torch.Tensor) -> None:
-    """Block ``j`` of KV cache ``src`` into block ``dest[j]`` of ``dst`` (one max_len), every layer."""
+def copy_kv_blocks(src, dst, dest: torch.Tensor) -> None:
+    """Block ``j`` of KV cache ``src`` into block ``dest[j]`` of ``dst`` (one max_len), every layer.
+
+    How a scratch cache's prefill reaches the rows it was made for: ``SpecDecoder``'s continuous
+    batching and ``StreamDecoder``'s refills.
+    """
     L = src.max_len
     for main, part in zip((*dst.k, *dst.v), (*src.k, *src.v)):
         blocks = main[: dst.max_batch * L].view(dst.max_batch, L, *main.shape[1:])

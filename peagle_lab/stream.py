@@ -44,7 +44,7 @@ import torch
 from . import step
 from .config import check_int
 from .engine import (KV_BLOCK_ALIGN, CudaGraphs, Timer, capture_graph, check_eos, check_prompts, compiled,
-                     padded_prefill_width)
+                     copy_kv_blocks, padded_prefill_width)
 from .models.llama import KVCache, LlamaModel, call_layer, fuse_projections
 
 __all__ = ["StreamDecoder", "StreamResult", "StreamStats", "sampling_uniforms", "gumbel_pick", "token_hashes"]
@@ -291,8 +291,8 @@ class StreamDecoder:
             pos = torch.arange(ids.shape[1], device=dev).expand_as(ids)
             dst = cache if direct else self._view(self._scratch, ids.shape[0], cache.max_len)
             out = step.prefill(self.target, ids, pos, lens, dst, cache.max_len, taps=False)
-            if not direct:
-                self._copy_blocks(dst, dest, cache.max_len)
+            if not direct:  # the main cache as c + 1 blocks of this bucket's length, the last one spare
+                copy_kv_blocks(dst, self._view(self._cache, self.c + 1, cache.max_len), dest)
             return self._pick(out.logits[:, 0], keys, lens - 1)
 
         args = (ids, lens, keys, dest)
@@ -305,13 +305,6 @@ class StreamDecoder:
         r.active[rt] = ~((first[:, None] == r.eos).any(-1) | (lim <= 1))
         for b, q in zip(rows, reqs):
             r.request[b] = q
-
-    def _copy_blocks(self, scratch: KVCache, dest: torch.Tensor, max_len: int) -> None:
-        """Scratch row ``j``'s block into block ``dest[j]`` of the main cache (``c`` + 1 blocks, the last spare)."""
-        blocks = self.c + 1
-        for main, src in zip((*self._cache.k, *self._cache.v), (*scratch.k, *scratch.v)):
-            view = main[: blocks * max_len].view(blocks, max_len, *main.shape[1:])
-            view.index_copy_(0, dest, src[:-1].view(-1, max_len, *main.shape[1:]))
 
     def _collect(self, results: list, on_result) -> list[int]:
         """Rows whose request finished since the last read: their tokens to ``results``; returns them freed."""
