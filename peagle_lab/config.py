@@ -52,6 +52,10 @@ class SpecConfig:
     # Triton's interpreter, for tests), "sdpa" (PyTorch's scaled_dot_product_attention) or "auto"
     # (on CUDA the kernel for T > 1 and SDPA for T = 1, the faster at each on the H200; SDPA elsewhere)
     decode_attention: str = "auto"
+    # continuous batching (generate(..., concurrency=c)) admits new requests once about c / refill_divisor
+    # rows are free, all of them in one padded prefill: a larger divisor leaves fewer rows idle but
+    # prefills more often (each admission is one prefill and first-draft call)
+    refill_divisor: int = 4
 
     def __post_init__(self) -> None:
         check_choice("method", self.method, METHODS)
@@ -69,6 +73,7 @@ class SpecConfig:
             raise ValueError(f"prefill_graphs={self.prefill_graphs!r} must be True, False or 'auto'")
         check_choice("compile", self.compile, COMPILE_MODES)
         check_choice("decode_attention", self.decode_attention, DECODE_ATTENTION)
+        check_int("refill_divisor", self.refill_divisor, 1, 4096)
 
     @property
     def parallel_drafting(self) -> bool:

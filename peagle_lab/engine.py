@@ -23,7 +23,8 @@ loop needs around it: KV caches kept across calls (``reserve``), CUDA graphs of 
 and the drafter, timing without host syncs, and vLLM's counters.
 
 ``generate(prompts, concurrency=c)`` with more prompts than ``c`` batches continuously: a
-request that finishes frees its row, and once about ``c / 4`` rows are free (or none is busy)
+request that finishes frees its row, and once about ``c / refill_divisor`` rows are free (``SpecConfig``,
+default 4; or once none is busy)
 the next prompts are prefilled, and their first drafts made, in a scratch cache whose blocks
 are then copied into the free rows' blocks; the other rows keep their state. A static batch
 runs until its slowest request is done, and on the H200 a speculative batch of 64 kept only
@@ -158,7 +159,6 @@ def capture_graph(fn, pool=None):
 
 
 KV_BLOCK_ALIGN = 64  # positions; see SpecDecoder._caches
-REFILL_DIVISOR = 4  # continuous batching admits about c / 4 prompts at a time (one prefill shape)
 PREFILL_ALIGN = 64  # padded prefill widths are a multiple of this (SpecDecoder._prefill, StreamDecoder)
 PREFILL_GRAPH_TOKENS = 16384  # SpecConfig.prefill_graphs: c × padded width at most; longer prefills stay eager
 
@@ -593,7 +593,7 @@ class SpecDecoder:
         cfg, K, dev = self.config, self.config.k, self.device
         max_new, eos, need = self._check_request(prompts, max_new_tokens, eos_token_ids)
         gen = torch.Generator(device=dev).manual_seed(cfg.seed)
-        refill = max(1, c // REFILL_DIVISOR)  # rows admitted together: the scratch caches' rows
+        refill = max(1, c // cfg.refill_divisor)  # rows admitted together: the scratch caches' rows
         cache_t, cache_d = self._caches(c + 1, need)  # block c: the spare that padding rows land in
         max_len = cache_t.max_len
         self._scratch(refill, max_len)

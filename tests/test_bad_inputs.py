@@ -47,6 +47,8 @@ def target():
     (dict(first_draft_graphs="auto"), r"first_draft_graphs='auto' must be True or False"),
     (dict(decode_attention="cudnn"), r"decode_attention='cudnn' is not one of 'auto', 'triton', 'sdpa'"),
     (dict(method=None), r"method=None is not one of"),
+    (dict(refill_divisor=0), r"refill_divisor=0 is out of range; expected \[1, 4096\]"),
+    (dict(refill_divisor=2.0), r"refill_divisor=2.0 must be an integer"),
 ])
 def test_spec_config_wrong_types(kwargs, message):
     with pytest.raises(ValueError, match=message):

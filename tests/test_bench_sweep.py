@@ -128,9 +128,10 @@ def test_draft_window_and_eager_prefill_flags_reach_the_run(tmp_path):
     out = tmp_path / "bench"
     argv = ["--tiny", "--workloads", "chat", "-c", "1", "-k", "2", "--extra-k", "--no-reference", "--out", str(out),
             "--no-progress", *TORCH_KERNELS]
-    assert bench_main([*argv, "--draft-window", "3", "--eager-prefill"]) == 0
+    assert bench_main([*argv, "--draft-window", "3", "--eager-prefill", "--continuous", "2", "--refill-divisor", "8"]) == 0
     res = read_json(out / "bench.json")
     assert res.config["draft_window"] == {"eagle3": 3, "peagle": 3} and res.config["prefill_graphs"] is False
+    assert (res.config["continuous"], res.config["refill_divisor"]) == (2, 8)
     assert res.config["first_draft_graphs"] is True and res.config["decode_attention"] == "auto"
     assert bench_main([*argv, "--prefill-graphs", "--eager-first-draft", "--decode-attention", "sdpa"]) == 0
     res = read_json(out / "bench.json")
@@ -208,12 +209,14 @@ def test_continuous_cells_decode_n_times_c_requests_in_one_call_with_prompts_in_
 def test_a_continuous_sweep_caps_the_prompts_it_loads_at_the_workload_size(tmp_path):
     target = tiny_target()
     cfg = SweepConfig(methods=("baseline", "peagle"), ks=(2,), extra_ks=(), concurrencies=(64,), workloads=("chat",),
-                      max_new_tokens=4, min_prompts=4, continuous=2, reference=False, cuda_graphs=False)
+                      max_new_tokens=4, min_prompts=4, continuous=2, refill_divisor=8, reference=False,
+                      cuda_graphs=False)
     drafters = {"peagle": tiny_drafter(target, "peagle")}
     result = run_sweep(target, HashTokenizer(target.config.vocab_size), drafters, cfg, run_info=RUN_INFO,
                        progress=False)
     assert result.config["prompts"]["chat"]["num"] == 80  # 128 requests from the 80 chat prompts
     assert {r.num_prompts for r in result.rows} == {128}
+    assert result.config["refill_divisor"] == 8
 
 
 def test_tpot_of_a_continuous_call_is_per_row_not_per_call():

@@ -7,7 +7,7 @@ import random
 import pytest
 
 from peagle_lab.config import SpecConfig
-from peagle_lab.engine import REFILL_DIVISOR, SpecDecoder
+from peagle_lab.engine import SpecDecoder
 from peagle_lab.testing import tiny_drafter, tiny_target
 
 MAX_NEW = 30
@@ -88,7 +88,22 @@ def test_continuous_and_static_calls_share_the_engine_without_stale_state(small_
     assert engine.generate(prompts, concurrency=3).tokens == greedy
     assert engine.generate(prompts[::-1], concurrency=2).tokens == greedy[::-1]  # smaller c, same caches
     assert engine.generate(prompts[:4]).tokens == greedy[:4]
-    assert engine._scratch_caches[0].max_batch == max(1, 2 // REFILL_DIVISOR)
+    assert engine._scratch_caches[0].max_batch == max(1, 2 // SpecConfig().refill_divisor)
+
+
+@pytest.mark.parametrize("method", ["eagle3", "peagle"])
+def test_refill_divisor_sets_how_many_rows_one_admission_fills(small_vocab, method):
+    """Divisor 1 waits until all c rows are free (batch after batch); divisor c admits each request as soon
+    as its row frees. Both are lossless; the eager one runs fewer steps, since no row waits for the others
+    (requests of one length still take their own number of steps: acceptance differs between them)."""
+    target, prompts, greedy = small_vocab
+    runs = {}
+    for d in (1, 4):
+        engine = _engine(target, method, 3, refill_divisor=d)
+        runs[d] = engine.generate(prompts, concurrency=4)
+        assert runs[d].tokens == greedy
+        assert engine._scratch_caches[0].max_batch == 4 // d
+    assert runs[4].metrics.num_steps < runs[1].metrics.num_steps
 
 
 def test_concurrency_at_or_above_the_prompt_count_is_one_batch(small_vocab):

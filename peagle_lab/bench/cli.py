@@ -60,6 +60,8 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--continuous", type=int, metavar="N",
                    help="continuous batching at c > 1: N x c requests a cell, rows refilled as requests "
                         "finish (default 0: static batches of c)")
+    p.add_argument("--refill-divisor", type=int, metavar="D",
+                   help="with --continuous: admit new requests once about c / D rows are free (default 4)")
     p.add_argument("--temperature", type=float, help="0 = greedy (default); >0 = rejection sampling")
     p.add_argument("--stop-at-eos", action="store_true", help="stop requests at EOS (default: fixed length)")
     p.add_argument("--seed", type=int)

@@ -54,6 +54,7 @@ class SweepConfig:
     # max(min_prompts, continuous·c) requests, the workload's prompts taken in turn (repeated when it
     # has fewer); 0: static batches of c, each decoding until its slowest request is done
     continuous: int = 0
+    refill_divisor: int = 4  # SpecConfig.refill_divisor: continuous cells admit once about c / this rows are free
     ignore_eos: bool = True  # fixed output length (like vLLM's --ignore-eos), so cells compare
     seed: int = 0  # prompt selection and sampling
     cuda_graphs: bool = True
@@ -91,6 +92,7 @@ class SweepConfig:
         check_int("max_new_tokens", self.max_new_tokens, 1, 1 << 16)
         check_int("min_prompts", self.min_prompts, 1, 4096)
         check_int("continuous", self.continuous, 0, 64)
+        check_int("refill_divisor", self.refill_divisor, 1, 4096)
         if self.max_batch_tokens is not None:
             check_int("max_batch_tokens", self.max_batch_tokens, 1)
         lo, hi = self.long_context_tokens
@@ -306,7 +308,8 @@ def _cell(target, drafters: dict, cell: Cell, prompts: list[Prompt], cfg: SweepC
     spec = SpecConfig(method=cell.method, num_speculative_tokens=max(k, 1), temperature=cfg.temperature,
                       max_new_tokens=cfg.max_new_tokens, seed=cfg.seed, cuda_graphs=cfg.cuda_graphs,
                       prefill_graphs=cfg.prefill_graphs, first_draft_graphs=cfg.first_draft_graphs,
-                      compile=cfg.compile, kernel_backend=cfg.kernel_backend, decode_attention=cfg.decode_attention)
+                      compile=cfg.compile, kernel_backend=cfg.kernel_backend, decode_attention=cfg.decode_attention,
+                      refill_divisor=cfg.refill_divisor)
     engine = SpecDecoder(target, drafters.get(cell.method), spec)
     try:
         # caches sized once: no timed pass regrows them (and drops graphs); continuous batching keeps a spare block
