@@ -95,3 +95,28 @@ def apply_draft_vocab(drafter, vocab: DraftVocab) -> None:
 def draft_to_target_ids(drafter) -> torch.Tensor:
     """The target ids ``[Vd]`` of a drafter's draft vocabulary (``arange + d2t``)."""
     return drafter.to_target_ids(torch.arange(drafter.config.draft_vocab_size, device=drafter.d2t.device))
+
+
+def token_coverage(t2d: torch.Tensor, sequences: Iterable[Sequence[int]]) -> tuple[float, int]:
+    """Share of the tokens in ``sequences`` that a draft vocabulary holds, and how many were counted.
+
+    A draft outside the vocabulary is never proposed, so this share caps the first draft
+    position's acceptance on those tokens (and every later position's with it).
+
+    Args:
+        t2d: ``[V]`` bool, which target ids the draft vocabulary contains (a drafter's ``t2d``).
+        sequences: token ids, e.g. the target's greedy outputs on a workload.
+
+    Raises:
+        ValueError: an id outside ``[0, V)``.
+
+    >>> token_coverage(torch.tensor([True, False, True]), [[0, 1], [2, 2]])
+    (0.75, 4)
+    """
+    ids = torch.tensor([t for s in sequences for t in s], dtype=torch.long)
+    if ids.numel() == 0:
+        return 1.0, 0
+    V = t2d.numel()
+    if int(ids.min()) < 0 or int(ids.max()) >= V:
+        raise ValueError(f"token ids must lie in [0, {V}); got {int(ids.min())}..{int(ids.max())}")
+    return float(t2d.bool().cpu()[ids].float().mean()), int(ids.numel())

@@ -7,7 +7,12 @@ lost first. This decodes benchmark prompts greedily with the target and records,
 generated position, the target's probability of the token it chose; it reports the mean and
 the share of positions above several thresholds.
 
-    python scripts/bench/target_ceiling.py --out docs/results/cpu/target_ceiling.json   # CPU, ~5 min
+A second ceiling comes from the drafters themselves: a head proposes only tokens of its draft
+vocabulary, so the share of those greedy tokens inside it (``token_coverage``) bounds what any
+draft position can accept. It is reported for each head given with ``--heads`` (the shipped
+ones by default).
+
+    python scripts/bench/target_ceiling.py --out docs/results/cpu/target_ceiling.json   # CPU, ~6 min
 """
 from __future__ import annotations
 
@@ -23,8 +28,12 @@ from peagle_lab import load_default  # noqa: E402
 from peagle_lab.bench.workloads import load_workload  # noqa: E402
 from peagle_lab.config import SpecConfig  # noqa: E402
 from peagle_lab.engine import SpecDecoder  # noqa: E402
+from peagle_lab.heads.io import load_head  # noqa: E402
 from peagle_lab.models.checkpoints import write_json  # noqa: E402
 from peagle_lab.provenance import run_info  # noqa: E402
+from peagle_lab.train.vocab import token_coverage  # noqa: E402
+
+HEADS = Path(__file__).resolve().parents[2] / "peagle_lab" / "heads"
 
 THRESHOLDS = (0.5, 0.7, 0.9)
 
@@ -44,22 +53,28 @@ def main() -> int:
     p.add_argument("--workloads", default="chat,code")
     p.add_argument("--prompts", type=int, default=40, help="prompts per workload")
     p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--heads", nargs="*", default=[str(HEADS / "eagle3"), str(HEADS / "peagle")],
+                   help="head folders whose draft vocabulary coverage to report (default: the shipped ones)")
     args = p.parse_args()
     target, tok = load_default(dtype=torch.float32, device="cpu", quiet=True)
+    vocabs = {h: load_head(h, target).t2d for h in args.heads}  # a bad folder fails before decoding
     out = {"what": "the target's probability of its own greedy token, per generated position",
            "max_new_tokens": args.max_new_tokens, "workloads": {}, **run_info()}
     for name in args.workloads.split(","):
         prompts = [list(q.token_ids) for q in load_workload(name, args.prompts, tokenizer=tok)]
         dec = SpecDecoder(target, None, SpecConfig(method="baseline", max_new_tokens=args.max_new_tokens))
-        probs = []
+        probs, outputs = [], []
         for start in range(0, len(prompts), 8):
             batch = prompts[start:start + 8]
             for prompt, toks in zip(batch, dec.generate(batch).tokens):
                 probs.append(chosen_token_probs(target, prompt, toks))
+                outputs.append(toks)
         allp = torch.cat(probs)
         out["workloads"][name] = {"prompts": len(prompts), "positions": int(allp.numel()),
                                   "mean_top1_prob": float(allp.mean()), "median_top1_prob": float(allp.median()),
-                                  **{f"share_above_{t}": float((allp > t).float().mean()) for t in THRESHOLDS}}
+                                  **{f"share_above_{t}": float((allp > t).float().mean()) for t in THRESHOLDS},
+                                  "draft_vocab_coverage": {Path(h).name: token_coverage(t2d, outputs)[0]
+                                                           for h, t2d in vocabs.items()}}
         print(name, {k: round(v, 3) if isinstance(v, float) else v for k, v in out["workloads"][name].items()},
               flush=True)
     write_json(Path(args.out), out)
