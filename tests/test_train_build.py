@@ -30,3 +30,37 @@ def test_new_drafter(method, layers):
 def test_vocab_of_another_target_is_refused():
     with pytest.raises(ValueError, match="96"):
         new_drafter(tiny_target(), "eagle3", 1, build_draft_vocab(torch.ones(50), 10))
+
+
+@pytest.mark.parametrize("method", ["eagle3", "peagle"])
+def test_a_grown_draft_vocabulary_keeps_every_old_logit_and_starts_new_ids_at_zero(method):
+    """A warm start that grows the draft vocabulary: the old ids score exactly as before, new ids get logit 0."""
+    from peagle_lab.train.build import grow_draft_vocab
+
+    target = tiny_target()
+    V = target.config.vocab_size
+    drafter = new_drafter(target, method, 2, build_draft_vocab(torch.arange(V) % 7, 32, always=[2]), seed=1)
+    counts = torch.arange(V)  # the new ids are the most frequent others: the highest ids
+    grown, vocab = grow_draft_vocab(drafter, counts, 48, always=[2])
+    check_drafter_fits(grown, target, method)
+    old, new = draft_to_target_ids(drafter), draft_to_target_ids(grown)
+    assert grown.config.draft_vocab_size == 48 and torch.equal(new, vocab.draft_to_target)
+    assert set(old.tolist()) < set(new.tolist()) and torch.equal(new, new.sort().values)
+    added = sorted(set(new.tolist()) - set(old.tolist()))
+    assert added == sorted([i for i in reversed(range(V)) if i not in set(old.tolist())][:16])  # by count
+    hidden = torch.randn(5, target.config.hidden_size)
+    logits_old = drafter.lm_head(drafter.norm(hidden))
+    logits_new = grown.lm_head(grown.norm(hidden))
+    at = torch.searchsorted(new, old)
+    assert torch.equal(logits_new[:, at], logits_old)  # the same scores for the ids it had
+    rest = torch.ones(48, dtype=torch.bool)
+    rest[at] = False
+    assert torch.count_nonzero(logits_new[:, rest]) == 0  # the new ids start at logit 0
+    for name, p in drafter.state_dict().items():
+        if name not in ("lm_head.weight", "d2t", "t2d"):
+            assert torch.equal(grown.state_dict()[name], p), name  # every other weight carries over
+    assert grow_draft_vocab(drafter, counts, 32)[0] is drafter  # the same size: nothing to grow
+    with pytest.raises(ValueError, match="draft_vocab_size=16 is smaller than the head's 32"):
+        grow_draft_vocab(drafter, counts, 16)
+    with pytest.raises(ValueError, match=f"draft_vocab_size={V + 1} is out of range"):
+        grow_draft_vocab(drafter, counts, V + 1)

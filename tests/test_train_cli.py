@@ -17,6 +17,7 @@ from peagle_lab.engine import SpecDecoder
 from peagle_lab.heads.io import load_head
 from peagle_lab.testing import tiny_target
 from peagle_lab.train.cli import main
+from peagle_lab.train.vocab import draft_to_target_ids
 
 STEPS = 60
 ARGS = ["train", "--tiny", "--method", "peagle", "--steps", str(STEPS), "--ckpt-every", "5", "--batch-size", "4",
@@ -145,3 +146,27 @@ def test_warm_start_continues_a_head_and_adds_up_its_token_passes(runs, tmp_path
                           "--init-from", str(full / "head"), "--steps", "1", "--out", str(tmp_path / "x")],
                          env=ENV, capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and "is a peagle head" in bad.stderr
+
+
+def test_a_warm_start_can_grow_the_draft_vocabulary(runs, tmp_path):
+    """--init-from with a larger --draft-vocab-size: the head's ids plus the data's most frequent others."""
+    full = runs[0]
+    head = load_head(full / "head", tiny_target(seed=0))
+    size = head.config.draft_vocab_size + 8
+    out = tmp_path / "grown"
+    r = subprocess.run([sys.executable, "-m", "peagle_lab.train.cli", "train", "--tiny", "--method", "peagle",
+                        "--init-from", str(full / "head"), "--draft-vocab-size", str(size), "--steps", "2",
+                        "--batch-size", "4", "--row-len", "64", "--k-train", "4", "--tiny-examples", "48", "--no-eval",
+                        "--no-progress", "--ckpt-every", "0", "--out", str(out)], env=ENV, capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    grown = load_head(out / "head", tiny_target(seed=0))
+    assert grown.config.draft_vocab_size == size
+    assert set(draft_to_target_ids(head).tolist()) < set(draft_to_target_ids(grown).tolist())
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["draft_vocab_size"] == size and summary["vocab_coverage"] >= json.loads(
+        (full / "summary.json").read_text())["vocab_coverage"]
+    bad = subprocess.run([sys.executable, "-m", "peagle_lab.train.cli", "train", "--tiny", "--method", "peagle",
+                          "--init-from", str(full / "head"), "--draft-vocab-size", "4", "--steps", "1",
+                          "--out", str(tmp_path / "x")], env=ENV, capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2 and "can only grow its draft vocabulary" in bad.stderr

@@ -9,11 +9,14 @@ P-EAGLE mask embedding starts at the mask token's own embedding row (``attach_em
 """
 from __future__ import annotations
 
+import dataclasses
+from typing import Sequence
+
 import torch
 
 from ..config import DrafterConfig
 from ..drafter import Drafter
-from .vocab import DraftVocab, apply_draft_vocab
+from .vocab import DraftVocab, apply_draft_vocab, build_draft_vocab, draft_to_target_ids
 
 
 def new_drafter(target, method: str, num_hidden_layers: int, vocab: DraftVocab, seed: int = 0,
@@ -53,3 +56,56 @@ def new_drafter(target, method: str, num_hidden_layers: int, vocab: DraftVocab, 
             drafter.norm.weight.copy_(target.norm.weight.float().cpu())
     drafter = drafter.to(target.device)
     return drafter.attach_embeddings(target.embed_tokens.weight)
+
+
+def grow_draft_vocab(drafter: Drafter, counts: torch.Tensor, draft_vocab_size: int,
+                     always: Sequence[int] = ()) -> tuple[Drafter, DraftVocab]:
+    """A copy of a trained ``drafter`` with a larger draft vocabulary, for a warm start.
+
+    The new vocabulary keeps every id the drafter had (and ``always``) and adds the most
+    frequent others of ``counts``. Every weight carries over; the ``lm_head`` rows of the ids
+    it had move to their new places and the new ids' rows start at zero. So the grown head
+    gives its old ids exactly the logits it gave before and every new id the logit 0, which
+    training then moves; a draft changes only where all the old logits were below 0.
+
+    Args:
+        drafter: a trained head (weights, ``d2t``/``t2d``, the target's embeddings attached).
+        counts: occurrences per target id (``vocab.count_tokens`` over the training data).  # [V]
+        draft_vocab_size: the new ``Vd``, at least the drafter's.
+        always: ids to include whatever their count (EOS).
+
+    Returns:
+        ``(grown drafter, its DraftVocab)``; the drafter itself when the size is unchanged.
+
+    Raises:
+        ValueError: a smaller size, or one above the target's vocabulary.
+
+    >>> from peagle_lab.testing import tiny_target
+    >>> t = tiny_target()
+    >>> d = new_drafter(t, "peagle", 1, build_draft_vocab(torch.arange(96) % 5, 32))
+    >>> g, v = grow_draft_vocab(d, torch.arange(96), 40)
+    >>> g.lm_head.weight.shape, set(draft_to_target_ids(d).tolist()) < set(v.draft_to_target.tolist())
+    (torch.Size([40, 64]), True)
+    """
+    cfg = drafter.config
+    old_ids = draft_to_target_ids(drafter).cpu()
+    if draft_vocab_size < old_ids.numel():
+        raise ValueError(f"draft_vocab_size={draft_vocab_size} is smaller than the head's {old_ids.numel()}: "
+                         "a warm start can only grow its draft vocabulary")
+    if draft_vocab_size > cfg.vocab_size:
+        raise ValueError(f"draft_vocab_size={draft_vocab_size} is out of range; expected at most the target's "
+                         f"{cfg.vocab_size}")
+    vocab = build_draft_vocab(counts.cpu(), draft_vocab_size, [*old_ids.tolist(), *always])
+    if draft_vocab_size == old_ids.numel():
+        return drafter, vocab
+    grown = Drafter(dataclasses.replace(cfg, draft_vocab_size=draft_vocab_size))
+    state = {k: v for k, v in drafter.state_dict().items() if k not in ("lm_head.weight", "d2t", "t2d")}
+    missing = grown.load_state_dict(state, strict=False).missing_keys
+    assert sorted(missing) == ["d2t", "lm_head.weight", "t2d"], missing  # nothing else may stay random
+    apply_draft_vocab(grown, vocab)
+    rows = torch.searchsorted(vocab.draft_to_target, old_ids)  # where each old id sits now (both ascending)
+    with torch.no_grad():
+        grown.lm_head.weight.zero_()
+        grown.lm_head.weight[rows] = drafter.lm_head.weight.detach().float().cpu()
+    grown = grown.to(device=drafter.device, dtype=drafter.dtype)
+    return grown.attach_embeddings(drafter._embed), vocab

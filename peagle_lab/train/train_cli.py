@@ -19,6 +19,8 @@ import torch
 from ..config import COMPILE_MODES, DEFAULT_SLIDING_WINDOW, parse_window
 from .cli import command_line, common_arguments, load_target, reports_errors
 
+DEFAULT_DRAFT_VOCAB = 8192  # a fresh head's draft vocabulary: 96 % of SmolLM2's training assistant tokens
+
 
 def add_train_arguments(p: argparse.ArgumentParser) -> None:
     """Arguments of ``peagle-lab train --method {eagle3,peagle} ...``."""
@@ -37,7 +39,9 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sliding-window", metavar="N|none", default=None,
                    help="the drafting attention window the head declares (default: the warm-start head's, "
                         f"else {DEFAULT_SLIDING_WINDOW}; training itself does not apply it)")
-    p.add_argument("--draft-vocab-size", type=int, default=8192, help="draft vocabulary of a fresh head")
+    p.add_argument("--draft-vocab-size", type=int, default=None,
+                   help=f"draft vocabulary of a fresh head (default {DEFAULT_DRAFT_VOCAB}); with --init-from, grow the "
+                        "head's to this size: its ids plus the data's most frequent others, new lm_head rows at zero")
     p.add_argument("--init-head", default="random", choices=["random", "target"],
                    help="a fresh head's norm + lm_head start random or as the target's (restricted) head")
     p.add_argument("--steps", type=int, default=c.steps, help="optimiser steps (unless --time-budget-s)")
@@ -106,18 +110,21 @@ def _drafter(args, target, train, window: int | None | bool = False):
 
 def _new_or_warm_drafter(args, target, train):
     from ..heads.io import load_head
-    from .build import new_drafter
+    from .build import grow_draft_vocab, new_drafter
     from .vocab import build_draft_vocab, count_tokens
 
+    V = target.config.vocab_size
     if args.init_from:
         drafter = load_head(args.init_from, target, dtype=torch.float32, device=target.device)
         if drafter.config.method != args.method:
             raise ValueError(f"--init-from {args.init_from} is a {drafter.config.method} head; --method is {args.method}")
-        counts = count_tokens(train, target.config.vocab_size)
+        counts = count_tokens(train, V)
+        if args.draft_vocab_size is not None:
+            drafter, _ = grow_draft_vocab(drafter, counts, args.draft_vocab_size, target.config.eos_token_ids)
         coverage = float(counts[drafter.t2d.cpu()].sum()) / max(int(counts.sum()), 1)
         return drafter, coverage, prior_training(args.init_from)
-    V = target.config.vocab_size
-    vocab = build_draft_vocab(count_tokens(train, V), min(args.draft_vocab_size, V), target.config.eos_token_ids)
+    size = DEFAULT_DRAFT_VOCAB if args.draft_vocab_size is None else args.draft_vocab_size
+    vocab = build_draft_vocab(count_tokens(train, V), min(size, V), target.config.eos_token_ids)
     drafter = new_drafter(target, args.method, args.layers, vocab, seed=args.seed,
                           init_from_target=args.init_head == "target")
     return drafter, vocab.coverage, {"tokens": 0, "steps": 0, "runs": []}
