@@ -214,8 +214,9 @@ def test_k_scaling_figure_draws_every_k_of_the_committed_sweep():
     assert len(fig.data) == 8  # (EAGLE-3, P-EAGLE) × (TPS, drafting time) × two concurrencies
     rows = {(r["method"], r["concurrency"], r["k"]): r for r in bench["rows"] if r["workload"] == "code"}
     tps_c1_peagle = next(t for t in fig.data if t.name == "P-EAGLE" and t.xaxis == "x")
-    assert list(tps_c1_peagle.x) == list(range(1, 9))
-    assert list(tps_c1_peagle.y) == [rows[("peagle", 1, k)]["tps"] for k in range(1, 9)]
+    ks = sorted(k for m, c, k in rows if (m, c) == ("peagle", 1))
+    assert len(ks) >= 5 and list(tps_c1_peagle.x) == ks  # every K the sweep measured, in order
+    assert list(tps_c1_peagle.y) == [rows[("peagle", 1, k)]["tps"] for k in ks]
     with pytest.raises(ValueError, match="long"):
         k_scaling_figure(bench, "long")
 
