@@ -12,7 +12,8 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without CUDA")
-@pytest.mark.parametrize("script", ["prefill_cold_gpu.py", "decode_attention_gpu.py", "verify_profile_gpu.py"])
+@pytest.mark.parametrize("script", ["prefill_cold_gpu.py", "decode_attention_gpu.py", "verify_profile_gpu.py",
+                                    "admission_profile_gpu.py"])
 def test_a_gpu_script_refuses_without_cuda(script):
     run = subprocess.run([sys.executable, f"scripts/gpu/{script}"], cwd=REPO, capture_output=True, text=True,
                          timeout=120, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
@@ -53,3 +54,23 @@ def test_decode_attention_script_engine_rows_take_every_path_through_the_model()
         sys.path.pop(0)
     rows = script.engine_rows(tiny_target(), [2], prompt_len=6, new_tokens=4, paths=("enable_gqa", "grouped"))
     assert [r["attention"] for r in rows] == ["enable_gqa", "grouped"] and all(r["step_ms"] > 0 for r in rows)
+
+
+def test_admission_profile_labels_every_part_of_an_admission_on_a_tiny_cpu_run(tmp_path):
+    """The profile's labels come from wrappers around the engine's admission parts; a tiny CPU run has them all
+    (one admission prefill, first draft, state update and a KV copy per cache each time) and decode steps."""
+    out = tmp_path / "a.json"
+    run = subprocess.run([sys.executable, "scripts/gpu/admission_profile_gpu.py", "--tiny", "--device", "cpu", "-c", "4",
+                          "--requests", "10", "--max-new-tokens", "8", "--refill-divisor", "2", "--out", str(out)],
+                         cwd=REPO, capture_output=True, text=True, timeout=300,
+                         env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"})
+    assert run.returncode == 0, run.stderr[-2000:]
+    import json
+
+    doc = json.loads(out.read_text())
+    labels = doc["labels"]
+    admits = labels["admit"]["calls"]
+    assert admits >= 3 and labels["admit.prefill"]["calls"] == labels["admit.draft"]["calls"] == admits
+    assert labels["admit.state"]["calls"] == admits and labels["admit.copy_kv"]["calls"] == 2 * admits  # target, drafter
+    assert labels["decode_step"]["calls"] == doc["call"]["steps"] > 0
+    assert doc["commit"] and doc["top_device_ops"]
