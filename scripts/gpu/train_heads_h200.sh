@@ -101,7 +101,7 @@ mark data $t
 
 # ---------------------------------------------------------------- 2 train (each head alone on a GPU)
 t=$SECONDS
-COMMON=("${TGT[@]}" --device "$DEVICE" --batch-size "$BATCH" --row-len "$ROW_LEN" --draft-vocab-size $VOCAB --seed "$SEED")
+COMMON=("${TGT[@]}" --device "$DEVICE" --batch-size "$BATCH" --row-len "$ROW_LEN" --seed "$SEED")
 TRAIN=("${COMMON[@]}" --data "$WORK/data" --lr "$LR" --schedule wsd --warmup-fraction 0.03 --decay-fraction 0.25
        --log-every 50 --ckpt-every 500 --eval-every 250 --heldout-rows 32 --no-eval --no-progress)
 waves() {  # waves FUNCTION: FUNCTION INDEX GPU for every run, NGPU at a time; fails if any failed
@@ -114,9 +114,10 @@ waves() {  # waves FUNCTION: FUNCTION INDEX GPU for every run, NGPU at a time; f
   return $rc
 }
 train_one() {  # train_one INDEX GPU
-  local n=${NAMES[$1]}
+  local n=${NAMES[$1]} start=(--draft-vocab-size "$VOCAB")  # a fresh head's vocabulary; a warm start keeps its own
+  [ -z "${INITS[$1]:-}" ] || start=(--init-from "${INITS[$1]}")  # (a FLAGS --draft-vocab-size grows it)
   CUDA_VISIBLE_DEVICES=$(gpu "$2") TORCH_LOGS=recompiles "$PY" -m peagle_lab.train.cli train --method "${METHODS[$1]}" \
-    --layers "${LAYERS[$1]}" ${INITS[$1]:+--init-from "${INITS[$1]}"} --out "$WORK/runs/$n" "${TRAIN[@]}" \
+    --layers "${LAYERS[$1]}" "${start[@]}" --out "$WORK/runs/$n" "${TRAIN[@]}" \
     --time-budget-s "$TRAIN_BUDGET_S" ${TRAIN_EXTRA:-} ${FLAGS[$1]//,/ } > "$WORK/train-$n.log" 2>&1 \
     || { echo "training $n failed"; return 1; }
 }
@@ -138,7 +139,7 @@ t=$SECONDS
 bench_one() {  # bench_one INDEX GPU (trained runs only)
   local n=${NAMES[$1]}
   [ -n "${METHODS[$1]:-}" ] || return 0
-  CUDA_VISIBLE_DEVICES=$(gpu "$2") "$PY" -m peagle_lab.train.bench "${COMMON[@]}" --data "$WORK/data" \
+  CUDA_VISIBLE_DEVICES=$(gpu "$2") "$PY" -m peagle_lab.train.bench "${COMMON[@]}" --draft-vocab-size "$VOCAB" --data "$WORK/data" \
     --methods "${METHODS[$1]}" --layers "${LAYERS[$1]}" --steps $BENCH_STEPS --warmup 2 --out "$WORK/bench-$n.json" \
     > "$WORK/bench-$n.log" 2>&1 || echo "bench $n failed (training goes on)"
 }
