@@ -561,18 +561,23 @@ class SpecDecoder:
             self._scratch_caches = (t, d)
         return self._scratch_caches
 
-    def _admit(self, prompts: list[list[int]], reqs: list[int], rows: list[int], width: int, gen):
+    def _admit(self, prompts: list[list[int]], reqs: list[int], rows: list[int], gen):
         """Prefill ``prompts[reqs]`` for rows ``rows``: (first tokens, their drafts, prompt lengths), [n] each.
 
         The prompts are prefilled and drafted for in the scratch caches (rows 0..n-1, as
-        ``step.prefill`` and the drafter expect), padded to the scratch's rows and to ``width``
-        tokens, so every admission of one ``generate`` has one shape (one CUDA graph each); then
-        each block is copied into its row's block of the main caches (padding rows into the spare
-        block, which no row reads).
+        ``step.prefill`` and the drafter expect), padded to the scratch's rows and to this group's
+        longest prompt, which ``_prefill`` rounds up to a multiple of ``PREFILL_ALIGN``: a few
+        shapes (one CUDA graph each) cover a call, and a group of short prompts is not padded to
+        the call's longest, as it was until the H200 measured admissions at 1.2-2.2 ms a code
+        request. Then the start of each block, every position the admission wrote, is copied into
+        its row's block of the main caches (padding rows into the spare block, which no row reads).
+        Past that the row keeps its previous request's keys, which no query reads: a step writes
+        its positions before attending to them.
         """
         K, dev = self.config.k, self.device
         scratch_t, scratch_d = self._scratch_caches
         S, n, max_len = scratch_t.max_batch, len(reqs), scratch_t.max_len
+        width = max(len(prompts[q]) for q in reqs)
         batch = [prompts[q] + [0] * (width - len(prompts[q])) for q in reqs] + [[0] * width] * (S - n)
         ids = torch.tensor(batch, dtype=torch.long, device=dev)
         lens = torch.tensor([len(prompts[q]) for q in reqs] + [1] * (S - n), device=dev)
@@ -582,9 +587,11 @@ class SpecDecoder:
         draft = self._draft(scratch_d, out.taps, ids, pos, lens - 1, nxt, max_len, gen, graph_first=graph_first,
                             tag="admit")[0] if K else None
         dest = torch.tensor(rows + [self._cache_t.max_batch - 1] * (S - n), device=dev)
-        copy_kv_blocks(scratch_t, self._cache_t, dest)
+        # written: the prompt (< the padded width) and, in the drafter's cache, the first draft's K slots
+        written = padded_prefill_width(width, max_len) + K + 1
+        copy_kv_blocks(scratch_t, self._cache_t, dest, written)
         if K:
-            copy_kv_blocks(scratch_d, self._cache_d, dest)
+            copy_kv_blocks(scratch_d, self._cache_d, dest, written)
         return nxt[:n], draft, lens[:n]
 
     def _generate_continuous(self, prompts: list[list[int]], max_new_tokens, eos_token_ids,
@@ -597,7 +604,6 @@ class SpecDecoder:
         cache_t, cache_d = self._caches(c + 1, need)  # block c: the spare that padding rows land in
         max_len = cache_t.max_len
         self._scratch(refill, max_len)
-        width = max(len(p) for p in prompts)  # one admission shape for the whole call
         queue, results = deque(range(len(prompts))), [None] * len(prompts)
         owner, outs, done = [-1] * c, [[] for _ in range(c)], [True] * c  # a free row counts as done
         st = _State(torch.zeros(c, dtype=torch.long, device=dev),
@@ -620,7 +626,7 @@ class SpecDecoder:
                 while queue and free:
                     reqs = [queue.popleft() for _ in free[: min(refill, len(queue))]]
                     rows, free = free[: len(reqs)], free[len(reqs):]
-                    first, draft, lens = self._admit(prompts, reqs, rows, width, gen)
+                    first, draft, lens = self._admit(prompts, reqs, rows, gen)
                     st = self._admitted(st, rows, first, draft, lens)
                     for b, q, t in zip(rows, reqs, first.tolist()):
                         owner[b], outs[b] = q, [t]
@@ -761,16 +767,20 @@ class _Readback:
         return self.host.tolist()
 
 
-def copy_kv_blocks(src, dst, dest: torch.Tensor) -> None:
+def copy_kv_blocks(src, dst, dest: torch.Tensor, length: int | None = None) -> None:
     """Block ``j`` of KV cache ``src`` into block ``dest[j]`` of ``dst`` (one max_len), every layer.
 
     How a scratch cache's prefill reaches the rows it was made for: ``SpecDecoder``'s continuous
-    batching and ``StreamDecoder``'s refills.
+    batching and ``StreamDecoder``'s refills. ``length`` copies only each block's first positions
+    (at most max_len); the rest of the destination block stays as it was.
     """
     L = src.max_len
+    n = L if length is None else min(length, L)
+    if n < 1:
+        raise ValueError(f"length={length!r}: expected at least one position to copy")
     for main, part in zip((*dst.k, *dst.v), (*src.k, *src.v)):
-        blocks = main[: dst.max_batch * L].view(dst.max_batch, L, *main.shape[1:])
-        blocks.index_copy_(0, dest, part[: src.max_batch * L].view(src.max_batch, L, *main.shape[1:]))
+        blocks = main[: dst.max_batch * L].view(dst.max_batch, L, *main.shape[1:])[:, :n]
+        blocks.index_copy_(0, dest, part[: src.max_batch * L].view(src.max_batch, L, *main.shape[1:])[:, :n])
 
 
 def _device_flags(flags: list[bool], device: torch.device) -> torch.Tensor:

@@ -127,3 +127,60 @@ def test_sampling_with_continuous_batching_makes_each_request_its_own_length(sma
     assert [len(t) for t in r.tokens] == [12] * len(prompts)
     assert all(0 <= x < 6 for t in r.tokens for x in t)
     assert r.metrics.num_drafts > 0
+
+
+@pytest.mark.parametrize("method", ["baseline", "eagle3", "peagle"])
+def test_admissions_pad_to_their_own_group_and_leave_the_rest_of_a_reused_row_unread(small_vocab, method):
+    """Each admission is as wide as its own group's longest prompt (not the call's), and only the positions
+    it wrote reach the main caches. Past them a reused row keeps what was there before: garbage here, filled
+    into every cache position before the call, and still the outputs are greedy, so nothing reads it."""
+    import torch
+
+    target, prompts, greedy = small_vocab
+    long_prompt = [(3 * i) % 6 for i in range(40)]
+    want = [_engine(target, "baseline").generate([long_prompt]).tokens[0]] + greedy
+    engine = _engine(target, method, 3, refill_divisor=2)
+    c = 4
+    engine.reserve(c + 1, 64 + MAX_NEW + 3 + 1)
+    gen = torch.Generator().manual_seed(0)
+    for t in engine.cache_tensors():
+        t.copy_(100 * torch.randn(t.shape, generator=gen, dtype=t.dtype))
+    groups, widths = [], []
+    admit, prefill = engine._admit, engine._prefill
+
+    def spy_admit(ps, reqs, rows, g):
+        groups.append([len(ps[q]) for q in reqs])
+        return admit(ps, reqs, rows, g)
+
+    def spy_prefill(ids, *a, tag="batch", **kw):
+        if tag == "admit":
+            widths.append(ids.shape[1])
+        return prefill(ids, *a, tag=tag, **kw)
+
+    engine._admit, engine._prefill = spy_admit, spy_prefill
+    assert engine.generate([long_prompt] + prompts, concurrency=c).tokens == want
+    assert widths == [max(g) for g in groups] and len(groups) >= 3  # on a CPU the width is not rounded up
+    assert min(widths) < max(widths) == len(long_prompt)  # later groups are not padded to the long prompt
+
+
+def test_copy_kv_blocks_copies_a_prefix_of_each_block_when_asked():
+    import torch
+
+    from peagle_lab.engine import copy_kv_blocks
+    from peagle_lab.models.llama import KVCache
+
+    src = KVCache.allocate(2, 2, 8, 1, 4, torch.float32, "cpu")
+    dst = KVCache.allocate(2, 3, 8, 1, 4, torch.float32, "cpu")
+    for t in (*src.k, *src.v):
+        t.copy_(torch.arange(t.numel(), dtype=torch.float32).view(t.shape))
+    for t in (*dst.k, *dst.v):
+        t.fill_(-1.0)
+    copy_kv_blocks(src, dst, torch.tensor([2, 0]), 5)
+    for s, d in zip((*src.k, *src.v), (*dst.k, *dst.v)):
+        sb, db = s[:16].view(2, 8, 1, 4), d[:24].view(3, 8, 1, 4)
+        assert torch.equal(db[2, :5], sb[0, :5]) and torch.equal(db[0, :5], sb[1, :5])
+        assert (db[:, 5:] == -1).all() and (db[1] == -1).all() and d[-1].eq(-1).all()  # the rest untouched
+    copy_kv_blocks(src, dst, torch.tensor([1, 0]), 100)  # longer than a block: the whole block
+    assert torch.equal(dst.k[0][8:16], src.k[0][:8])
+    with pytest.raises(ValueError, match="length=0"):
+        copy_kv_blocks(src, dst, torch.tensor([1, 0]), 0)

@@ -79,8 +79,9 @@ def test_graphed_prefill_is_lossless_and_captured_once_per_shape(method):
 
 @pytest.mark.parametrize("method", ["baseline", "eagle3", "peagle"])
 def test_continuous_batching_in_cuda_graphs_is_lossless_and_captures_one_admission_shape(method):
-    # generate(..., concurrency=c): admissions prefill and first-draft in scratch caches at one padded shape per
-    # call, as CUDA graphs keyed apart from the main batch's (a graph writes to the cache it was captured with)
+    # generate(..., concurrency=c): admissions prefill and first-draft in scratch caches, each at its group's
+    # longest prompt padded to a multiple of 64 (every prompt here fits 64: one shape), as CUDA graphs keyed
+    # apart from the main batch's (a graph writes to the cache it was captured with)
     t = cuda_target()
     prompts = [p * (i + 1) for i, p in enumerate(PROMPTS)] + PROMPTS + [[7] * 20, [8, 9]]
     base = SpecDecoder(t, None, SpecConfig(method="baseline", max_new_tokens=32, cuda_graphs=False))

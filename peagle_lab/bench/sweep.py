@@ -185,16 +185,19 @@ def measure_cell(engine: SpecDecoder, cell: Cell, prompts: list[Prompt],
     n = cfg.num_prompts(c)
     ids = [list(prompts[i % len(prompts)].token_ids) for i in range(n)]  # in turn: a workload may have fewer
     eos = () if cfg.ignore_eos else None
-    # Continuous batching: one call with every request, so the warm-up meets the timed run's shapes (one
-    # admission width). Static batches: every batch is warmed, for every method: speculative methods capture a
-    # drafter graph per prefill length, and a prompt shape's first eager prefill is slow for any method. Plain
-    # decoding once warmed only its first batch, so at c = 1 its other prefills ran cold: 50-54 ms a request
-    # on the H200 against 22-25 ms for the warmed speculative cells (7202c8c K sweep).
+    # Continuous batching: the warm-up is the timed call itself, every request at full length, since each
+    # admission is as wide as its group's longest prompt and the groups depend on when rows free: so the
+    # timed call meets only admission widths whose graphs are captured. Static batches: every batch is warmed
+    # (a short run), for every method: speculative methods capture a drafter graph per prefill length, and a
+    # prompt shape's first eager prefill is slow for any method. Plain decoding once warmed only its first
+    # batch, so at c = 1 its other prefills ran cold: 50-54 ms a request on the H200 against 22-25 ms for the
+    # warmed speculative cells (7202c8c K sweep).
     continuous = cfg.batches_continuously(c)
     kw = {"eos_token_ids": eos, **({"concurrency": c} if continuous else {})}
     batches = [ids] if continuous else [ids[i: i + c] for i in range(0, len(ids), c)]
+    warm_new = cfg.max_new_tokens if continuous else min(2 * cell.k + 4, cfg.max_new_tokens)
     for batch in batches:
-        engine.generate(batch, max_new_tokens=min(2 * cell.k + 4, cfg.max_new_tokens), **kw)
+        engine.generate(batch, max_new_tokens=warm_new, **kw)
     results = [engine.generate(b, max_new_tokens=cfg.max_new_tokens, **kw) for b in batches]
     row = cell_row(cell, results, cfg)
     # Compilation, warm-up and CUDA-graph capture of this cell's shapes (not in its timing);
