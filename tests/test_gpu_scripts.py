@@ -77,3 +77,30 @@ def test_admission_profile_labels_every_part_of_an_admission_on_a_tiny_cpu_run(t
     parts = sum(labels[f"admit.{p}"]["host_ms"] for p in ("prefill", "draft", "copy_kv"))
     assert 0 < parts <= labels["admit"]["host_ms"] < doc["call"]["wall_ms"]
     assert doc["commit"] and doc["top_device_ops"]
+
+
+def test_h200_wait_fetches_a_finished_pipeline_over_several_calls_within_a_byte_budget(tmp_path):
+    """A call brings back about 64 MiB: the small outputs come first, then the heads' parts in order, as many
+    as fit; the next call fetches the rest, and a third has nothing left to fetch."""
+    root = tmp_path / "root"
+    (root / "pipeline_out").mkdir(parents=True)
+    (root / "pipeline.log").write_text("### done\n")
+    (root / "pipeline_out" / "results.json").write_text("{}" * 50)
+    for i in range(6):
+        (root / "pipeline_out" / f"heads.tgz.part-{i}").write_bytes(bytes([i]) * 3000)
+    (root / "pipeline.rc").write_text("0\n")
+    got, said = [], []
+    for call in range(3):
+        out = tmp_path / f"out{call}"
+        out.mkdir()
+        run = subprocess.run(["bash", "scripts/gpu/h200_wait.sh", "0"], cwd=REPO, capture_output=True, text=True,
+                             timeout=60, env={"PATH": "/usr/bin:/bin", "OUT": str(out), "PIPE_ROOT": str(root),
+                                              "FETCH_BYTES": "10000"})
+        assert run.returncode == 0, run.stderr
+        got.append(sorted(p.name for p in out.iterdir()))
+        said.append(run.stdout)
+    assert got[0] == ["heads.tgz.part-0", "heads.tgz.part-1", "heads.tgz.part-2", "results.json"]
+    assert "not fetched yet (3): heads.tgz.part-3 heads.tgz.part-4 heads.tgz.part-5" in said[0]
+    assert got[1] == ["heads.tgz.part-3", "heads.tgz.part-4", "heads.tgz.part-5"]
+    assert got[2] == [] and "every output fetched" in said[1] and "every output fetched" in said[2]
+    assert (tmp_path / "out1" / "heads.tgz.part-4").read_bytes() == bytes([4]) * 3000

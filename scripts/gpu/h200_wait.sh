@@ -3,21 +3,41 @@
 #   setsid nohup bash -c 'bash scripts/gpu/train_heads_h200.sh; echo $? > /tmp/pipeline.rc' > /tmp/pipeline.log 2>&1 &
 #   bash scripts/gpu/h200_wait.sh 560     # in this call and the next ones, until it reports done
 # Prints new "###" and progress lines every 20 s for up to SECONDS, then the log's tail; once the
-# session is done, copies its outputs (/tmp/pipeline_out) into $OUT.
+# session is done, copies its outputs (/tmp/pipeline_out) into $OUT, small files first, up to
+# FETCH_BYTES (56 MiB) a call: a call brings back about 64 MiB, and two 32k-vocabulary heads alone make six
+# 15 MiB parts (eighth session). What did not fit is listed; the next call fetches it with
+#   bash scripts/gpu/h200_wait.sh 0       # (within 30 s, while the machine is warm) until nothing is left
+# PIPE_ROOT (default /tmp) moves pipeline.rc, pipeline.log, pipeline_out/ and pipeline_fetched (for tests).
 LIMIT=${1:-560}
 OUT=${OUT:?set OUT}
+FETCH_BYTES=${FETCH_BYTES:-$((56 * 1024 * 1024))}
+R=${PIPE_ROOT:-/tmp}
 t0=$SECONDS
-while [ $((SECONDS - t0)) -lt "$LIMIT" ] && ! [ -f /tmp/pipeline.rc ]; do sleep 20
-  echo "--- $((SECONDS - t0)) s: $(grep -c . /tmp/pipeline.log 2>/dev/null) log lines; $(grep '###' /tmp/pipeline.log | tail -1)"
+while [ $((SECONDS - t0)) -lt "$LIMIT" ] && ! [ -f $R/pipeline.rc ]; do sleep 20
+  echo "--- $((SECONDS - t0)) s: $(grep -c . $R/pipeline.log 2>/dev/null) log lines; $(grep '###' $R/pipeline.log | tail -1)"
 done
-grep -v "^\s*$" /tmp/pipeline.log | grep -v "Warning\|warn" | tail -40
-if ! [ -f /tmp/pipeline.rc ]; then  # still running: the logs so far (done: they are in the archive)
-  cp /tmp/pipeline.log "$OUT/pipeline.log" 2>/dev/null
+grep -v "^\s*$" $R/pipeline.log | grep -v "Warning\|warn" | tail -40
+if ! [ -f $R/pipeline.rc ]; then  # still running: the logs so far (done: they are in the archive)
+  cp $R/pipeline.log "$OUT/pipeline.log" 2>/dev/null
   for f in /tmp/peagle_train/train-*.log; do  # one per run, named after RUNS (e.g. train-peagle-4l.log)
     [ -f "$f" ] && tail -c 200000 "$f" > "$OUT/$(basename "$f")"
   done
+  exit 0
+fi
+echo "pipeline finished with exit $(cat $R/pipeline.rc)"
+# what earlier calls brought back of this pipeline (a list older than its exit status is another run's)
+[ "$R/pipeline_fetched" -nt "$R/pipeline.rc" ] || : > "$R/pipeline_fetched"
+budget=$FETCH_BYTES left=()
+# small files first (results, logs), then the heads' parts in order
+for f in $(ls -Sr $R/pipeline_out/ 2>/dev/null | grep -v '^heads\.tgz\.part-') $(ls $R/pipeline_out/ 2>/dev/null | grep '^heads\.tgz\.part-' | sort); do
+  grep -qxF "$f" $R/pipeline_fetched && continue
+  size=$(stat -c %s "$R/pipeline_out/$f")
+  if [ "$size" -gt "$budget" ]; then left+=("$f"); continue; fi
+  cp "$R/pipeline_out/$f" "$OUT/" && echo "$f" >> $R/pipeline_fetched && budget=$((budget - size))
+done
+ls -la "$OUT"
+if [ "${#left[@]}" -gt 0 ]; then
+  echo "not fetched yet (${#left[@]}): ${left[*]}; run 'bash scripts/gpu/h200_wait.sh 0' in the next call, within 30 s"
 else
-  echo "pipeline finished with exit $(cat /tmp/pipeline.rc)"
-  cp /tmp/pipeline_out/* "$OUT/" 2>/dev/null
-  ls -la "$OUT"
+  echo "every output fetched"
 fi
