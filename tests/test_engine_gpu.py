@@ -99,6 +99,24 @@ def test_continuous_batching_in_cuda_graphs_is_lossless_and_captures_one_admissi
 
 
 @pytest.mark.parametrize("method", ["baseline", "eagle3", "peagle"])
+def test_admissions_of_different_widths_replay_a_graph_each_and_stay_lossless(method):
+    # each admission is padded to its own group's longest prompt, rounded up to 64: groups of short prompts
+    # (width 64) and groups with a 70-token prompt (width 128) capture one graph each, and a second call
+    # replays them; the rest of a reused row (its previous request's keys) is never read
+    t = cuda_target()
+    long = [(7 * i) % 90 + 1 for i in range(70)]
+    prompts = [long] + PROMPTS + [long[::-1]] + PROMPTS[::-1]
+    base = SpecDecoder(t, None, SpecConfig(method="baseline", max_new_tokens=24, cuda_graphs=False))
+    want = [base.generate([p]).tokens[0] for p in prompts]
+    engine = SpecDecoder(t, None if method == "baseline" else tiny_drafter(t, method, seed=3),
+                         SpecConfig(method=method, num_speculative_tokens=3, max_new_tokens=24, refill_divisor=2))
+    for _ in range(2):
+        assert engine.generate(prompts, concurrency=4).tokens == want
+    widths = sorted(k[3] for k in engine._prefill_graphs.graphs if "admit" in k)
+    assert widths == [64, 128]
+
+
+@pytest.mark.parametrize("method", ["baseline", "eagle3", "peagle"])
 def test_compiled_and_eager_steps_agree_in_float32(method):
     t = cuda_target()
     d = None if method == "baseline" else tiny_drafter(t, method)
