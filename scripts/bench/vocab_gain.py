@@ -26,11 +26,7 @@ from peagle_lab.config import SpecConfig  # noqa: E402
 from peagle_lab.engine import SpecDecoder  # noqa: E402
 from peagle_lab.models.checkpoints import write_json  # noqa: E402
 from peagle_lab.provenance import run_info  # noqa: E402
-
-
-def vocabulary(drafter) -> set[int]:
-    """The target ids a drafter can propose."""
-    return set(drafter.to_target_ids(torch.arange(drafter.d2t.numel(), device=drafter.d2t.device)).tolist())
+from peagle_lab.train.vocab import draft_to_target_ids  # noqa: E402
 
 
 def first_draft_split(target, drafter, method: str, prompts: list[list[int]], inside: set[int],
@@ -82,11 +78,11 @@ def main() -> int:
         from peagle_lab.heads.io import load_head
         target, tok = load_default(dtype=torch.float32, device="cpu", quiet=True)
         heads = {"old": load_head(args.old, target), "new": load_head(args.new, target)}
-    inside = vocabulary(heads["old"])
+    inside = set(draft_to_target_ids(heads["old"]).tolist())  # the target ids the old head can propose
     out = {"what": "first-draft acceptance (K = 1, one request at a time, temperature 0), split by whether the "
                    "target's token lies inside the old head's draft vocabulary",
            "heads": {"old": args.old or "tiny", "new": args.new or "tiny"}, "method": args.method,
-           "old_vocabulary": len(inside), "new_vocabulary": len(vocabulary(heads["new"])),
+           "old_vocabulary": len(inside), "new_vocabulary": heads["new"].config.draft_vocab_size,
            "max_new_tokens": args.max_new_tokens, "workloads": {}, **run_info()}
     for name in args.workloads.split(","):
         prompts = [list(q.token_ids) for q in load_workload(name, args.prompts, tokenizer=tok)]
