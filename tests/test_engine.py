@@ -160,6 +160,37 @@ def test_eos_stops_each_request_where_baseline_stops(target, baseline):
         assert got.tokens == base.tokens
 
 
+def cache_free_greedy(target, prompt, max_new, eos=()):
+    """Greedy decoding the slow way: the whole sequence through the target at every token, no KV cache."""
+    ids = list(prompt)
+    with torch.no_grad():
+        for _ in range(max_new):
+            x = torch.tensor([ids])
+            ids.append(int(target(x, torch.arange(len(ids))[None]).logits[0, -1].argmax()))
+            if ids[-1] in eos:
+                break
+    return ids[len(prompt):]
+
+
+@pytest.mark.parametrize("stop", ["length", "eos of one", "eos of all"])
+def test_plain_decoding_queues_a_step_ahead_and_still_equals_cache_free_greedy(target, baseline, stop):
+    # Plain decoding queues step n + 1 before it reads step n's tokens (engine._may_continue): a request that
+    # finished at step n is decoded once more with its output ignored. When the last requests stop at the
+    # length limit no queued step is thrown away; when they stop at an EOS, exactly one is.
+    eos = () if stop == "length" else (baseline[3][1][5],)  # request 1's sixth token: it stops early
+    prompts = PROMPTS[1:2] if stop == "eos of all" else PROMPTS
+    engine = SpecDecoder(target, None, SpecConfig(method="baseline", max_new_tokens=24))
+    launches = []
+    real = engine._launch
+    engine._launch = lambda *a, **kw: launches.append(1) or real(*a, **kw)
+    got = engine.generate(prompts, eos_token_ids=eos)
+    assert got.tokens == [cache_free_greedy(target, p, 24, eos) for p in prompts]
+    longest = max(map(len, got.tokens))
+    assert len(got.trace) == longest - 1  # one token a step after the prefill's
+    assert len(launches) - len(got.trace) == (0 if longest == 24 else 1)
+    assert (longest < 24) == (stop == "eos of all")
+
+
 def test_sampling_is_deterministic_under_a_seed(target):
     drafter = tiny_drafter(target, "peagle")
     a = run(target, drafter, "peagle", 3, temperature=1.0, seed=7).tokens
