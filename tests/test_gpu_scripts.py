@@ -56,6 +56,22 @@ def test_decode_attention_script_engine_rows_take_every_path_through_the_model()
     assert [r["attention"] for r in rows] == ["enable_gqa", "grouped"] and all(r["step_ms"] > 0 for r in rows)
 
 
+def test_decode_attention_script_checks_its_shapes_before_any_gpu_work():
+    """--shapes (c,T,S[,shortest,longest]) replaces the built-in attention shapes; a bad one is refused by name."""
+    for bad, why in (("1,1", "expected c,T,S"), ("1,8,640,4,600", "T <= shortest"), ("1,1,640,150,700", "longest <= S")):
+        run = subprocess.run([sys.executable, "scripts/gpu/decode_attention_gpu.py", "--shapes", "1,1,640", bad],
+                             cwd=REPO, capture_output=True, text=True, timeout=120,
+                             env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+        assert run.returncode == 2 and f"shape {bad!r}" in run.stderr and why in run.stderr
+    sys.path.insert(0, str(REPO / "scripts" / "gpu"))
+    try:
+        import decode_attention_gpu as script
+    finally:
+        sys.path.pop(0)
+    assert script.parse_shape("8,1,4096") == (8, 1, 4096, 1024, 4095)
+    assert script.parse_shape("64,3,640,150,600") == (64, 3, 640, 150, 600)
+
+
 def test_admission_profile_labels_every_part_of_an_admission_on_a_tiny_cpu_run(tmp_path):
     """The profile's labels come from wrappers around the engine's admission parts; a tiny CPU run has them all
     (one admission prefill, first draft, state update and a KV copy per cache each time) and decode steps."""

@@ -21,6 +21,7 @@ version of the kernel file (its op renamed) to compare against in the same run.
 
 Usage: python scripts/gpu/decode_attention_gpu.py [--out FILE.json] [-c 256 1024] [--prompt-len 200]
        [--paths enable_gqa triton] [--variants stages=1 warps=2] [--baseline-kernel OLD.py]
+       [--shapes 1,1,2048 64,1,4096]
        [--method peagle -k 7] [--skip-attention] [--skip-engine]
 """
 from __future__ import annotations
@@ -107,6 +108,25 @@ def parse_variant(text: str) -> dict:
     return out
 
 
+def parse_shape(text: str) -> tuple[int, int, int, int, int]:
+    """``"c,T,S"`` or ``"c,T,S,shortest,longest"`` → an attention shape of ``SHAPES``.
+
+    Without the last two, each request holds between a quarter and all but ``T`` of the block's
+    ``S`` positions (``kv_len``), as the built-in shapes roughly do.
+
+    >>> parse_shape("1,1,2048"), parse_shape("64,1,640,150,600")
+    ((1, 1, 2048, 512, 2047), (64, 1, 640, 150, 600))
+    """
+    parts = text.split(",")
+    if len(parts) not in (3, 5) or not all(x.isdigit() and int(x) > 0 for x in parts):
+        raise ValueError(f"shape {text!r}: expected c,T,S or c,T,S,shortest,longest (positive ints)")
+    c, T, S, *lens = (int(x) for x in parts)
+    shortest, longest = lens or (max(T, S // 4), S - T)
+    if not T <= shortest <= longest <= S:
+        raise ValueError(f"shape {text!r}: expected T <= shortest <= longest <= S")
+    return c, T, S, shortest, longest
+
+
 def variant_fn(tuning: dict):
     """The kernel with ``tuning`` (``parse_variant``'s keywords) in place of its defaults."""
     splits = tuning.get("num_splits")
@@ -124,7 +144,8 @@ def load_baseline_kernel(path: str):
     return module
 
 
-def attention_rows(cfg: LlamaConfig, paths: tuple[str, ...], variants: list[str], baseline=None) -> list[dict]:
+def attention_rows(cfg: LlamaConfig, paths: tuple[str, ...], variants: list[str], baseline=None,
+                   shapes=SHAPES) -> list[dict]:
     fns = {"enable_gqa": lambda q, k, v, m, n: gqa_sdpa(q, k, v, m),
            "grouped": lambda q, k, v, m, n: grouped_attend(q, k, v, m),
            "triton": lambda q, k, v, m, n: da.decode_attention_op(q, k, v, m, n)}
@@ -135,7 +156,7 @@ def attention_rows(cfg: LlamaConfig, paths: tuple[str, ...], variants: list[str]
     names = [p for p in paths if p in fns] + (["baseline"] if baseline is not None else []) \
         + [f"triton[{t}]" for t in variants]
     rows = []
-    for c, T, S, shortest, longest in SHAPES:
+    for c, T, S, shortest, longest in shapes:
         hq, hk, hd = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
         lens = torch.randint(shortest, longest + 1, (c,), device="cuda")
         pos = lens[:, None] - T + torch.arange(T, device="cuda")  # the last T positions of each request
@@ -208,15 +229,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--variants", nargs="*", default=[],
                     help="kernel tunings for the attention half, e.g. stages=1 warps=2 block_n=128 splits=1")
     ap.add_argument("--baseline-kernel", help="an earlier peagle_lab/kernels/decode_attention.py to time beside")
+    ap.add_argument("--shapes", nargs="+", default=None, metavar="c,T,S[,shortest,longest]",
+                    help="the attention half's shapes instead of the built-in ones, e.g. 1,1,2048 64,1,4096 "
+                         "(T = 1 at several cache lengths: where SDPA and the kernel cross for plain decoding)")
     ap.add_argument("--skip-attention", action="store_true", help="the engine measurement only")
     ap.add_argument("--skip-engine", action="store_true", help="the attention measurement only")
     ap.add_argument("--out")
     args = ap.parse_args(argv)
-    for text in args.variants:
-        try:
+    try:
+        for text in args.variants:
             parse_variant(text)
-        except ValueError as e:
-            ap.error(str(e))
+        shapes = [parse_shape(t) for t in args.shapes] if args.shapes else SHAPES
+    except ValueError as e:
+        ap.error(str(e))
     if not torch.cuda.is_available():
         print("decode_attention_gpu.py: needs CUDA", file=sys.stderr)
         return 2
@@ -226,7 +251,8 @@ def main(argv: list[str] | None = None) -> int:
            "what": "decode attention: " + ", ".join(args.paths + [f"triton[{t}]" for t in args.variants])
            + "; bf16, SmolLM2 shape, random weights; attention rows: µs per call, 30 layers in one CUDA graph"}
     baseline = load_baseline_kernel(args.baseline_kernel) if args.baseline_kernel else None
-    doc["attention"] = [] if args.skip_attention else attention_rows(cfg, tuple(args.paths), args.variants, baseline)
+    doc["attention"] = [] if args.skip_attention else attention_rows(cfg, tuple(args.paths), args.variants, baseline,
+                                                                        shapes)
     if args.out:  # the first half survives a cut-short run
         json.dump(doc, open(args.out, "w"), indent=2)
     if args.skip_engine:
