@@ -11,6 +11,16 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 
 
+def decode_attention_script():
+    """``scripts/gpu/decode_attention_gpu.py`` imported as a module (it is not a package's)."""
+    sys.path.insert(0, str(REPO / "scripts" / "gpu"))
+    try:
+        import decode_attention_gpu
+    finally:
+        sys.path.pop(0)
+    return decode_attention_gpu
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without CUDA")
 @pytest.mark.parametrize("script", ["prefill_cold_gpu.py", "decode_attention_gpu.py", "verify_profile_gpu.py",
                                     "admission_profile_gpu.py"])
@@ -27,11 +37,7 @@ def test_decode_attention_script_names_a_bad_variant_and_times_an_earlier_kernel
                          cwd=REPO, capture_output=True, text=True, timeout=120,
                          env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
     assert run.returncode == 2 and "variant 'stages=0': expected comma-separated" in run.stderr
-    sys.path.insert(0, str(REPO / "scripts" / "gpu"))
-    try:
-        import decode_attention_gpu as script
-    finally:
-        sys.path.pop(0)
+    script = decode_attention_script()
     assert script.parse_variant("stages=1,splits=4") == {"num_stages": 1, "num_splits": 4}
     baseline = script.load_baseline_kernel(str(REPO / "peagle_lab" / "kernels" / "decode_attention.py"))
     assert hasattr(torch.ops.peagle_lab, "decode_attention_baseline")
@@ -47,11 +53,7 @@ def test_decode_attention_script_engine_rows_take_every_path_through_the_model()
     the model's attention passes (kv_len included), here on a tiny CPU target."""
     from peagle_lab.testing import tiny_target
 
-    sys.path.insert(0, str(REPO / "scripts" / "gpu"))
-    try:
-        import decode_attention_gpu as script
-    finally:
-        sys.path.pop(0)
+    script = decode_attention_script()
     rows = script.engine_rows(tiny_target(), [2], prompt_len=6, new_tokens=4, paths=("enable_gqa", "grouped"))
     assert [r["attention"] for r in rows] == ["enable_gqa", "grouped"] and all(r["step_ms"] > 0 for r in rows)
 
@@ -63,11 +65,7 @@ def test_decode_attention_script_checks_its_shapes_before_any_gpu_work():
                              cwd=REPO, capture_output=True, text=True, timeout=120,
                              env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
         assert run.returncode == 2 and f"shape {bad!r}" in run.stderr and why in run.stderr
-    sys.path.insert(0, str(REPO / "scripts" / "gpu"))
-    try:
-        import decode_attention_gpu as script
-    finally:
-        sys.path.pop(0)
+    script = decode_attention_script()
     assert script.parse_shape("8,1,4096") == (8, 1, 4096, 1024, 4095)
     assert script.parse_shape("64,3,640,150,600") == (64, 3, 640, 150, 600)
 
