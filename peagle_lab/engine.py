@@ -519,7 +519,7 @@ class SpecDecoder:
         launched = self._launch(st, cache_t, cache_d, max_len, gen, timer) if not all(done) else None
         while not all(done):
             v, draft, rows, marks = launched
-            # Plain decoding queues step n + 1 before it reads step n (see _ahead): no drafter runs
+            # Plain decoding queues step n + 1 before it reads step n (see _may_continue): no drafter runs
             # while the host reads, so the GPU would otherwise idle through every read and launch.
             ahead = None
             if K == 0 and _may_continue(outputs, done, max_new):
