@@ -197,10 +197,11 @@ def compiled(fn):
 def decode_attention_fn(choice: str, device: torch.device):
     """The decode steps' attention for ``SpecConfig.decode_attention``: a kernel function, or None (SDPA).
 
-    "auto" on CUDA takes the split-KV kernel for T > 1 query tokens a request and SDPA for T = 1
-    (``kernels.decode_attention.multi_query_attention``: the faster of the two at each, on the H200);
-    elsewhere SDPA. "triton" takes the kernel for every decode shape (on a CPU in Triton's
-    interpreter, for tests; ValueError where that cannot run). "sdpa": SDPA throughout.
+    "auto" on CUDA takes the split-KV kernel for T > 1 query tokens a request, and for T = 1 while the
+    batch leaves it SMs to split the keys over; SDPA for T = 1 above that
+    (``kernels.decode_attention.multi_query_attention``, bound to this GPU's SM count: the faster of
+    the two at each, on the H200); elsewhere SDPA. "triton" takes the kernel for every decode shape (on
+    a CPU in Triton's interpreter, for tests; ValueError where that cannot run). "sdpa": SDPA throughout.
     """
     if choice == "sdpa" or (choice == "auto" and device.type != "cuda"):
         return None
@@ -208,7 +209,9 @@ def decode_attention_fn(choice: str, device: torch.device):
         return None  # "auto" on CUDA without the triton package
     from .kernels import decode_attention as kernels
 
-    return torch.ops.peagle_lab.decode_attention.default if choice == "triton" else kernels.multi_query_attention
+    if choice == "triton":
+        return torch.ops.peagle_lab.decode_attention.default
+    return functools.partial(kernels.multi_query_attention, programs=kernels.programs_wanted(device))
 
 
 class CudaGraphs:

@@ -13,6 +13,7 @@ import torch
 
 from peagle_lab.config import SpecConfig
 from peagle_lab.engine import SpecDecoder
+from peagle_lab.provenance import run_info
 from peagle_lab.testing import tiny_drafter, tiny_target
 
 pytestmark = pytest.mark.gpu
@@ -141,8 +142,9 @@ def test_triton_kernels_are_the_default_on_cuda(monkeypatch):
 
 @pytest.mark.parametrize("method", ["eagle3", "peagle"])
 def test_decode_attention_kernel_is_the_default_lossless_and_runs_in_the_graphs(method, monkeypatch):
-    """SpecConfig.decode_attention: "auto" on CUDA takes the Triton op for T > 1; float32 output through
-    it equals plain greedy output through SDPA, graphed and compiled, on a first and a second call."""
+    """SpecConfig.decode_attention: "auto" on CUDA takes the Triton op for T > 1 (and T = 1 at small c);
+    float32 output through it equals plain greedy output through SDPA, graphed and compiled, on a first
+    and a second call."""
     import peagle_lab.kernels.decode_attention as da
 
     t = cuda_target()
@@ -152,7 +154,7 @@ def test_decode_attention_kernel_is_the_default_lossless_and_runs_in_the_graphs(
     real = da._launch
     monkeypatch.setattr(da, "_launch", lambda q, *a: calls.append(q.shape[2]) or real(q, *a))
     engine = SpecDecoder(t, d, SpecConfig(method=method, num_speculative_tokens=4, max_new_tokens=32))
-    assert engine.decode_attention is da.multi_query_attention
+    assert engine.decode_attention.func is da.multi_query_attention
     assert engine.generate(PROMPTS).tokens == want
     assert 5 in calls  # the verify steps (T = K + 1) were captured through the kernel
     assert engine.generate(PROMPTS).tokens == want  # the graphs replay it
@@ -182,7 +184,7 @@ def test_bf16_token_match_rate_is_measured():
     out = os.environ.get("PEAGLE_LAB_RESULTS_DIR")
     if out:
         with open(os.path.join(out, "bf16_match_rate.json"), "w") as f:
-            json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+            json.dump({**run_info("pytest tests/test_engine_gpu.py::test_bf16_token_match_rate_is_measured"),
                        "token_match_rate": rates, "prompts": len(PROMPTS), "max_new_tokens": 32}, f, indent=2)
     assert all(0.0 <= r <= 1.0 for r in rates.values())
     print("bf16 token match rate vs bf16 plain decoding:", rates)

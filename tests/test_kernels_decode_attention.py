@@ -110,6 +110,43 @@ def test_num_splits_give_a_gpu_enough_programs_and_no_split_without_a_key_block(
 
 
 @pytest.mark.parametrize("device,dtype", TARGETS)
+@pytest.mark.parametrize("tiles", [1, 2, 4])
+def test_row_tiles_match_the_reference(device, dtype, tiles):
+    """A K/V head's query rows cut into tiles, one a program (the rows past REP·T in the last tile
+    masked off), with one split and several, give the same attention."""
+    if device == "cpu" and not INTERPRETING:
+        pytest.skip("the interpreter is off here")
+    for seed, (c, T, splits, window) in enumerate(((3, 6, 3, None), (2, 8, 1, 50), (1, 17, 2, None))):
+        q, k, v, mask = _ragged(c, 9, 3, T, 300, 32, window, dtype, device, seed)
+        kv_len = torch.full((c,), 280, dtype=torch.int32, device=device) if seed == 2 else None
+        want = da.decode_attention_ref(q, k, v, mask, kv_len)
+        got = da._launch(q, k, v, mask, kv_len, splits, row_tiles=tiles)
+        torch.testing.assert_close(got.float(), want.float(), atol=TOL[dtype], rtol=TOL[dtype])
+
+
+def test_rows_go_out_in_tiles_where_programs_are_spare():
+    # 8 programs wanted in the interpreter: 18 rows of one K/V head go out as 2 tiles at c = 1 (6
+    # programs), not at c = 2 (12); 15 rows fit one 16-row tile
+    assert [da.row_tiles_for(c, 3, rows, "cpu") for c, rows in ((1, 18), (2, 18), (1, 15))] == [2, 1, 1]
+    assert da.row_tiles_for(1, 1, 51, "cpu") == 4
+    if not INTERPRETING:
+        return
+    launched = []
+    real = da._decode_attention_split_kernel
+
+    class Grid:  # records the split kernel's grid: (row groups, splits)
+        def __getitem__(self, grid):
+            launched.append(grid)
+            return real[grid]
+
+    q, k, v, mask = _ragged(1, 9, 3, 6, 300, 32, None, torch.float32, "cpu", 3)
+    with mock.patch.object(da, "_decode_attention_split_kernel", Grid()):
+        got = da._launch(q, k, v, mask, None, None)
+    assert launched[0][0] == 1 * 3 * 2  # c · nkv · 2 tiles
+    torch.testing.assert_close(got, da.decode_attention_ref(q, k, v, mask), atol=2e-5, rtol=2e-5)
+
+
+@pytest.mark.parametrize("device,dtype", TARGETS)
 @pytest.mark.parametrize("splits", [1, 3])
 def test_kernel_reads_no_key_past_kv_len(device, dtype, splits):
     """Each request's keys end at kv_len[b] (0 included: a request with no key gets zeros), and the
@@ -222,30 +259,37 @@ def test_spec_config_and_the_engine_choose_the_attention():
     if INTERPRETING:
         assert decode_attention_fn("triton", cpu) is torch.ops.peagle_lab.decode_attention.default
     if torch.cuda.is_available():
-        assert decode_attention_fn("auto", torch.device("cuda")) is da.multi_query_attention
+        auto = decode_attention_fn("auto", torch.device("cuda"))
+        assert auto.func is da.multi_query_attention
+        assert auto.keywords == {"programs": torch.cuda.get_device_properties(0).multi_processor_count}
 
 
 @pytest.mark.skipif(not INTERPRETING, reason="the routing checked where the interpreter runs")
 @pytest.mark.parametrize("compiled", [False, True])
-def test_auto_takes_the_kernel_for_several_queries_and_sdpa_for_one(compiled):
-    """SpecConfig.decode_attention="auto" on CUDA: T > 1 through the kernel, T = 1 through SDPA, also
-    when traced by torch.compile inside llama.attend (as the engine's compiled layers call it)."""
+def test_auto_takes_the_kernel_for_several_queries_and_sdpa_for_one_at_large_c(compiled):
+    """SpecConfig.decode_attention="auto" on CUDA: T > 1 through the kernel at any c; T = 1 through the
+    kernel while c·nkv programs leave SMs spare (here 8, the engine binds the GPU's count) and through
+    SDPA above, also when traced by torch.compile inside llama.attend (as the engine's compiled layers
+    call it)."""
+    import functools
+
     from peagle_lab.models.llama import attend
 
     fn = torch.compile(attend, fullgraph=True, dynamic=True) if compiled else attend
+    auto = functools.partial(da.multi_query_attention, programs=8)
     calls = []
     real = da._launch
 
     def counting(q, *args):
-        calls.append(q.shape[2])
+        calls.append((q.shape[0], q.shape[2]))
         return real(q, *args)
 
     with mock.patch.object(da, "_launch", counting):
-        for T in (1, 3):
-            q, k, v, mask = _ragged(2, 9, 3, T, 80, 16, None, torch.float32, "cpu", T)
-            got = fn(q, k, v, mask, da.multi_query_attention)
+        for c, T in ((2, 1), (3, 1), (2, 3), (3, 3)):  # 3 K/V heads: 6 programs, then 9
+            q, k, v, mask = _ragged(c, 9, 3, T, 80, 16, None, torch.float32, "cpu", T)
+            got = fn(q, k, v, mask, auto)
             torch.testing.assert_close(got, da.decode_attention_ref(q, k, v, mask), atol=2e-5, rtol=2e-5)
-    assert calls == [3]
+    assert calls == [(2, 1), (2, 3), (3, 3)]
 
 
 @pytest.mark.skipif(not INTERPRETING, reason="the engine on a CPU through the interpreted kernel")

@@ -28,7 +28,13 @@ on chat prompts 54 µs a layer. The kernel here:
   a (request, K/V head) is enough, and then no combine kernel runs;
 * the key loop is software-pipelined (``NUM_STAGES`` blocks in flight); a key block no query row
   may see (a drafter's window) is loaded predicated off, not skipped by a branch, which would
-  stop the pipelining.
+  stop the pipelining;
+* a (request, K/V head)'s query rows go out in 16-row tiles, one a program, where the GPU has
+  programs to spare (``row_tiles_for``).
+
+Tried and dropped: merging the splits in the last split program to finish (an atomic count per
+row group, no combine launch) measured slower in a CUDA graph on the H200, 7.5 against 6.9 µs a
+call at c = 1, T = 1 (``docs/results/h200/decode_attention/row_tiles.json``, ``fused=0`` is today's).
 
 A query row that may see no key at all (padding) gets zeros (SDPA would give NaN there; such
 rows are never sampled). ``decode_attention_ref`` is the spec; ``decode_attention`` picks
@@ -48,7 +54,8 @@ from .backend import interpreted, resolve, triton
 if triton is not None:
     import triton.language as tl
 
-__all__ = ["MAX_ROWS", "decode_attention", "decode_attention_op", "decode_attention_ref", "multi_query_attention"]
+__all__ = ["MAX_ROWS", "decode_attention", "decode_attention_op", "decode_attention_ref", "multi_query_attention",
+           "programs_wanted"]
 
 MAX_ROWS = 128  # REP·T query rows of one program (SmolLM2: 3 × 17 = 51 at most)
 BLOCK_N = 128  # keys per loop step
@@ -130,9 +137,10 @@ def decode_attention_ref(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask
 if triton is not None:
 
     @triton.jit
-    def _rows(T, REP: tl.constexpr, BLOCK_M: tl.constexpr):
-        """A program's query rows: row = r·T + t is query head j·REP + r at token t."""
-        rows = tl.arange(0, BLOCK_M)
+    def _rows(T, tile, REP: tl.constexpr, BLOCK_M: tl.constexpr):
+        """A program's query rows: row = r·T + t is query head j·REP + r at token t; tile i holds rows
+        i·BLOCK_M .. (i + 1)·BLOCK_M − 1 of the REP·T."""
+        rows = tile * BLOCK_M + tl.arange(0, BLOCK_M)
         return rows // T, rows % T, rows < REP * T
 
     @triton.jit
@@ -163,19 +171,19 @@ if triton is not None:
     @triton.jit
     def _decode_attention_split_kernel(
         q_ptr, k_ptr, v_ptr, mask_ptr, kv_len_ptr,  # [c, nh, T, hd], [c, nkv, S, hd] ×2, [c, 1, T, S] bool, [c]
-        acc_ptr, ml_ptr, out_ptr,  # outputs: partials [c·nkv, splits, BLOCK_M, hd] and [.., BLOCK_M, 2]
+        acc_ptr, ml_ptr, out_ptr,  # outputs: partials [c·nkv·tiles, splits, BLOCK_M, hd] and [.., BLOCK_M, 2]
                                    # float32; or (SINGLE) out [c, nh, T, hd] in q's dtype
-        T, S, NKV, sm_scale,
+        T, S, NKV, TILES, sm_scale,
         sq_c, sq_h, sq_t, sq_d, sk_c, sk_h, sk_s, sk_d, sv_c, sv_h, sv_s, sv_d, sm_c, sm_t, sm_s,
         so_c, so_h, so_t, so_d,
         REP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
         PRECISION: tl.constexpr, SINGLE: tl.constexpr, PIPELINE: tl.constexpr, NUM_STAGES: tl.constexpr,
     ):
-        pid = tl.program_id(0)  # request · NKV + K/V head
+        pid = tl.program_id(0)  # (request · NKV + K/V head) · TILES + row tile
         split = tl.program_id(1)
-        b = (pid // NKV).to(tl.int64)
-        j = pid % NKV
-        r, t, row_ok = _rows(T, REP, BLOCK_M)
+        b = (pid // (NKV * TILES)).to(tl.int64)
+        j = (pid // TILES) % NKV
+        r, t, row_ok = _rows(T, pid % TILES, REP, BLOCK_M)
         d = tl.arange(0, HEAD_DIM)
         q = tl.load(q_ptr + b * sq_c + (j * REP + r)[:, None] * sq_h + t[:, None] * sq_t + d[None, :] * sq_d,
                     mask=row_ok[:, None], other=0.0)
@@ -228,14 +236,14 @@ if triton is not None:
     @triton.jit
     def _decode_attention_combine_kernel(
         acc_ptr, ml_ptr, out_ptr,  # the split kernel's partials; out [c, nh, T, hd] in q's dtype
-        T, NKV, num_splits, so_c, so_h, so_t, so_d,
+        T, NKV, TILES, num_splits, so_c, so_h, so_t, so_d,
         REP: tl.constexpr, BLOCK_M: tl.constexpr, HEAD_DIM: tl.constexpr,
         PIPELINE: tl.constexpr, NUM_STAGES: tl.constexpr,
     ):
-        pid = tl.program_id(0)
-        b = (pid // NKV).to(tl.int64)
-        j = pid % NKV
-        r, t, row_ok = _rows(T, REP, BLOCK_M)
+        pid = tl.program_id(0)  # (request · NKV + K/V head) · TILES + row tile
+        b = (pid // (NKV * TILES)).to(tl.int64)
+        j = (pid // TILES) % NKV
+        r, t, row_ok = _rows(T, pid % TILES, REP, BLOCK_M)
         d = tl.arange(0, HEAD_DIM)
         m = tl.full([BLOCK_M], float("-inf"), tl.float32)
         l_sum = tl.zeros([BLOCK_M], tl.float32)
@@ -285,6 +293,7 @@ def _shared_memory(device: torch.device) -> int | None:
 _SHARED_SLACK = 4096  # bytes for barriers and reductions beside the tiles
 
 
+@functools.cache  # the op asks twice a call (may it run, then how); the answer is fixed per shape
 def _tunings(device: torch.device, itemsize: int, block_m: int, hd: int) -> tuple[int, int, int] | None:
     """``(block_n, stages, combine_stages)``: the defaults where they fit the device's shared memory;
     None where even 32-key blocks without pipelining do not (float32 with head dim 256 and 65-128 rows
@@ -319,14 +328,33 @@ def _runs_on_this_gpu(q: torch.Tensor, k: torch.Tensor) -> bool:
 
 
 def _rows_per_program(q: torch.Tensor, k: torch.Tensor) -> int:
-    """Query rows of one program: the query heads that share a K/V head × the T tokens."""
+    """Query rows of one (request, K/V head): the query heads that share the K/V head × the T tokens."""
     return (q.shape[1] // k.shape[1]) * q.shape[2]
 
 
+def row_tiles_for(c: int, nkv: int, rows: int, device: torch.device | str) -> int:
+    """How many 16-row tiles a (request, K/V head)'s query rows are cut into: one tile a program.
+
+    A 32-row tile costs a program more than a 16-row one (on the H200 the split kernel took 5.8 against
+    4.7 µs at c = 1 and T = 6 against T = 5, SmolLM2's 3 query heads a K/V head), so where the GPU has
+    programs to spare the rows go out in tiles of 16, each reading the keys again (cheap while c is
+    small); where it has none (c·nkv·tiles above one program an SM) they stay one tile. The call in
+    30 graphed layers (``docs/results/h200/decode_attention/row_tiles.json``), one tile against 16-row
+    tiles at c = 1 on a 640-position block: 8.7 against 7.3 µs at T = 6, 8.8 against 7.4 at T = 8,
+    11.9 against 7.3 at T = 14 (P-EAGLE's K = 7 drafter rows); 15.5 against 13.2 at T = 8 on 7744
+    positions. At c = 8, T = 8 (48 programs) 9.9 against 10.4: about level.
+
+    >>> row_tiles_for(1, 3, 18, "cpu"), row_tiles_for(1, 3, 15, "cpu"), row_tiles_for(64, 3, 24, "cpu")
+    (2, 1, 1)
+    """
+    tiles = -(-rows // 16)
+    return tiles if tiles > 1 and c * nkv * tiles <= _programs_wanted(torch.device(device)) else 1
+
+
 def _launch(q, k, v, mask, kv_len, num_splits: int | None, *, block_n: int | None = None,
-            num_stages: int | None = None, num_warps: int = 8) -> torch.Tensor:
-    """Run the kernels. ``block_n`` / ``num_stages`` override :func:`_tunings` (for ``scripts/gpu/
-    decode_attention_gpu.py``'s sweep of variants)."""
+            num_stages: int | None = None, num_warps: int = 8, row_tiles: int | None = None) -> torch.Tensor:
+    """Run the kernels. ``block_n`` / ``num_stages`` override :func:`_tunings` and ``row_tiles``
+    :func:`row_tiles_for` (for ``scripts/gpu/decode_attention_gpu.py``'s sweep of variants)."""
     c, nh, T, hd = q.shape
     nkv, S = k.shape[1], k.shape[2]
     rep = nh // nkv
@@ -336,27 +364,30 @@ def _launch(q, k, v, mask, kv_len, num_splits: int | None, *, block_n: int | Non
     if kv_len is None:
         kv_len = torch.full((c,), S, dtype=torch.int32, device=q.device)
     kv_len = kv_len.contiguous()  # the kernel reads kv_len[b] at offset b
-    block_m = _block_m(q, k)
+    rows = _rows_per_program(q, k)
+    tiles = row_tiles or row_tiles_for(c, nkv, rows, q.device)
+    block_m = max(16, triton.next_power_of_2(-(-rows // tiles)))
     fit_n, fit_stages, combine_stages = _tunings(q.device, q.element_size(), block_m, hd)
     block_n, num_stages = block_n or fit_n, num_stages or fit_stages
-    splits = min(num_splits or num_splits_for(c, nkv, S, q.device), triton.cdiv(S, block_n))
+    groups = c * nkv * tiles  # row groups: (request, K/V head, row tile)
+    splits = min(num_splits or num_splits_for(c * tiles, nkv, S, q.device), triton.cdiv(S, block_n))
     single = splits == 1
     if single:  # the partials are never written: any float32 pointer will do
         acc = ml = torch.empty(1, dtype=torch.float32, device=q.device)
     else:
-        acc = torch.empty(c * nkv, splits, block_m, hd, dtype=torch.float32, device=q.device)
-        ml = torch.empty(c * nkv, splits, block_m, 2, dtype=torch.float32, device=q.device)
+        acc = torch.empty(groups, splits, block_m, hd, dtype=torch.float32, device=q.device)
+        ml = torch.empty(groups, splits, block_m, 2, dtype=torch.float32, device=q.device)
     pipeline = not interpreted()
     mask8 = mask.view(torch.uint8)  # Triton takes bool pointers as int1; bytes load the same bits
-    _decode_attention_split_kernel[(c * nkv, splits)](
-        q, k, v, mask8, kv_len, acc, ml, out, T, S, nkv, 1.0 / math.sqrt(hd),
+    _decode_attention_split_kernel[(groups, splits)](
+        q, k, v, mask8, kv_len, acc, ml, out, T, S, nkv, tiles, 1.0 / math.sqrt(hd),
         *q.stride(), *k.stride(), *v.stride(), mask8.stride(0), mask8.stride(2), mask8.stride(3), *out.stride(),
         REP=rep, BLOCK_M=block_m, BLOCK_N=block_n, HEAD_DIM=hd,
         PRECISION="ieee" if q.dtype == torch.float32 else "tf32", SINGLE=single, PIPELINE=pipeline,
         NUM_STAGES=num_stages, num_warps=num_warps)
     if not single:
-        _decode_attention_combine_kernel[(c * nkv,)](
-            acc, ml, out, T, nkv, splits, *out.stride(), REP=rep, BLOCK_M=block_m, HEAD_DIM=hd,
+        _decode_attention_combine_kernel[(groups,)](
+            acc, ml, out, T, nkv, tiles, splits, *out.stride(), REP=rep, BLOCK_M=block_m, HEAD_DIM=hd,
             PIPELINE=pipeline, NUM_STAGES=combine_stages, num_warps=4)
     return out
 
@@ -418,20 +449,36 @@ else:  # pragma: no cover - Triton ships Linux wheels only
     decode_attention_op = None
 
 
-def multi_query_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor,
-                          kv_len: torch.Tensor | None = None) -> torch.Tensor:
-    """The kernel for decode calls of T > 1 query tokens a request, SDPA for T = 1.
+def programs_wanted(device: torch.device | str) -> int:
+    """About one program per SM (the multiprocessor count) on a GPU; 8 in the interpreter."""
+    return _programs_wanted(torch.device(device))
 
-    ``SpecConfig.decode_attention="auto"`` on CUDA. Measured on the H200 (507773e, the K sweep and the
-    long-prompt sweep each beside SDPA): every speculative cell ran faster through the kernel (by 2-22 %
-    at c = 1 and 2-57 % at c = 64; P-EAGLE's verify part on 2k-7k-token prompts 1.3 against 4.1 ms at
-    c = 1). For one query token SDPA has a split-KV decode path of its own (cuDNN's), and the call alone
-    (``scripts/gpu/decode_attention_gpu.py``) reads it faster on long caches (102 against 153 µs a layer
-    at c = 64, 13.5 against 15.1 at c = 1), level at c = 64 on chat-length ones and slower only at c = 1
-    there (10.2 against 6.9 µs).
+
+def multi_query_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor,
+                          kv_len: torch.Tensor | None = None, *, programs: int | None = None) -> torch.Tensor:
+    """The kernel for every decode call but one query token a request at large c, which SDPA takes.
+
+    ``SpecConfig.decode_attention="auto"`` on CUDA (the engine binds ``programs``, the GPU's SM count,
+    so the compiled layers see a plain int; None reads it from q's device).
+
+    * T > 1: the kernel. Measured on the H200 (507773e, the K sweep and the long-prompt sweep each
+      beside SDPA): every speculative cell ran faster through it (by 2-22 % at c = 1 and 2-57 % at
+      c = 64; P-EAGLE's verify part on 2k-7k-token prompts 1.3 against 4.1 ms at c = 1).
+    * T = 1 while c·nkv ≤ ``programs``: the kernel, whose key splits give a few requests one program an
+      SM. The call alone (``scripts/gpu/decode_attention_gpu.py --shapes``, H200,
+      ``docs/results/h200/decode_attention/row_tiles.json``) read 6.9 against SDPA's 10.4 µs at c = 1
+      on a 640-position block, 8.0 against 13.0 at c = 8, 10.5 against 14.6 at c = 16, 13.6 against
+      14.4 at c = 32; level on longer blocks (12.7 against 12.5 at c = 1 on 4096, 27.2 against 27.6
+      at c = 32 on 2048).
+    * T = 1 at larger c: SDPA (cuDNN's decode kernel), which one split per (request, K/V head) does not
+      beat: 17.6 against 18.2 µs at c = 64 on 640 positions (34.9 against 43.5 on 2048,
+      ``t1_shapes.json`` beside it).
+
     SDPA takes the mask alone: the engine's ``kv_len`` (its positions' maximum + 1) hides no key
     that its causal mask shows, and one op fewer a layer keeps T = 1 steps short.
     """
-    if q.shape[2] == 1:
+    if programs is None:
+        programs = programs_wanted(q.device)
+    if q.shape[2] == 1 and q.shape[0] * k.shape[1] > programs:
         return attend(q, k, v, mask)  # the model's own path: SDPA
     return torch.ops.peagle_lab.decode_attention.default(q, k, v, mask, kv_len)

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import inspect
 import json
 import shlex
 import statistics
@@ -97,8 +98,15 @@ def time_graphed(fn, inputs: list[tuple], replays: int = 20) -> float:
 
 
 def parse_variant(text: str) -> dict:
-    """``"stages=1,warps=2"`` → the keyword arguments of ``kernels.decode_attention._launch``."""
-    names = {"stages": "num_stages", "warps": "num_warps", "block_n": "block_n", "splits": "num_splits"}
+    """``"stages=1,warps=2"`` → the keyword arguments of ``kernels.decode_attention._launch``.
+
+    ``tiles=N`` cuts each K/V head's query rows into N tiles, one a program.
+
+    >>> parse_variant("splits=1,tiles=2")
+    {'num_splits': 1, 'row_tiles': 2}
+    """
+    names = {"stages": "num_stages", "warps": "num_warps", "block_n": "block_n", "splits": "num_splits",
+             "tiles": "row_tiles"}
     out = {}
     for part in text.split(","):
         key, _, value = part.partition("=")
@@ -149,8 +157,10 @@ def attention_rows(cfg: LlamaConfig, paths: tuple[str, ...], variants: list[str]
     fns = {"enable_gqa": lambda q, k, v, m, n: gqa_sdpa(q, k, v, m),
            "grouped": lambda q, k, v, m, n: grouped_attend(q, k, v, m),
            "triton": lambda q, k, v, m, n: da.decode_attention_op(q, k, v, m, n)}
-    if baseline is not None:  # the earlier kernel takes no kv_len: it walks the whole block
-        fns["baseline"] = lambda q, k, v, m, n: baseline.decode_attention(q, k, v, m, backend="triton")
+    if baseline is not None:  # kernels before 1ea94a8 took no kv_len: they walk the whole block
+        takes_kv_len = "kv_len" in inspect.signature(baseline.decode_attention).parameters
+        fns["baseline"] = lambda q, k, v, m, n: baseline.decode_attention(q, k, v, m, *([n] if takes_kv_len else []),
+                                                                          backend="triton")
     for text in variants:
         fns[f"triton[{text}]"] = variant_fn(parse_variant(text))
     names = [p for p in paths if p in fns] + (["baseline"] if baseline is not None else []) \
