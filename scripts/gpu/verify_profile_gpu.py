@@ -3,7 +3,7 @@
 The H200 sweeps show a verify forward (T = K + 1 query tokens a request) costing more than a plain
 step (T = 1) in three places: long prompts (4.1 ms at c = 1 against 1.23, flat in K), code prompts
 at c = 1 (1.33 against 1.17) and c = 64 (2.2 against 1.23 ms at K = 7). This script decodes with
-``SpecDecoder`` on a SmolLM2-shaped random bf16 target and a random 4-layer P-EAGLE drafter (random
+``SpecDecoder`` on a SmolLM2-shaped random bf16 target and random drafters shaped as the shipped heads (random
 drafts are rejected, so every step verifies K + 1 tokens), compiled as the engine compiles, and for
 each (method, c, prompt length):
 
@@ -11,13 +11,17 @@ each (method, c, prompt length):
 * profiles the same run eagerly (compiled, no graphs: the same kernels, each visible to
   ``torch.profiler``) and lists the kernels that take the most GPU time per decode step.
 
-Usage: python scripts/gpu/verify_profile_gpu.py [--out FILE.json] [--top 12]
+``--cases method,K,c,prompt_len ...`` replaces the built-in list (e.g. P-EAGLE at K = 4 and K = 5 to
+see which kernels grow when the verify batch goes from 5 to 6 rows a request).
+
+Usage: python scripts/gpu/verify_profile_gpu.py [--out FILE.json] [--top 12] [--cases peagle,4,1,400 ...]
 """
 from __future__ import annotations
 
 import argparse
 import json
 import shlex
+import statistics
 import sys
 
 import torch
@@ -32,6 +36,24 @@ CASES = [  # (method, K, c, prompt length)
     ("baseline", 1, 1, 400), ("peagle", 7, 1, 400),
     ("baseline", 1, 64, 400), ("peagle", 2, 64, 400), ("peagle", 7, 64, 400),
 ]
+
+
+def parse_case(text: str) -> tuple[str, int, int, int]:
+    """``"peagle,7,1,400"`` → ("peagle", 7, 1, 400): method, K, concurrency, prompt length.
+
+    >>> parse_case("baseline,1,64,400")
+    ('baseline', 1, 64, 400)
+    """
+    parts = text.split(",")
+    methods = ("baseline", "eagle3", "peagle")
+    try:
+        method, k, c, n = parts[0], *(int(p) for p in parts[1:])
+    except ValueError:
+        method = None
+    if len(parts) != 4 or method not in methods or not (1 <= k <= 16 and c >= 1 and n >= 1):
+        raise argparse.ArgumentTypeError(f"case {text!r}: expected method,K,c,prompt_len with method one of "
+                                         f"{methods}, 1 <= K <= 16, c >= 1 and prompt_len >= 1")
+    return method, k, c, n
 
 
 def _device_us(e) -> float:
@@ -61,11 +83,13 @@ def run_case(target, drafter, method: str, k: int, c: int, prompt_len: int, new_
     row = {"method": method, "k": k if method != "baseline" else 0, "c": c, "prompt_len": prompt_len}
     for graphs in (True, False):
         cfg = SpecConfig(method=method, num_speculative_tokens=k, max_new_tokens=new_tokens, cuda_graphs=graphs)
-        engine = SpecDecoder(target, drafter if method != "baseline" else None, cfg)
+        engine = SpecDecoder(target, drafter, cfg)
         engine.generate(prompts, eos_token_ids=())  # warm-up: compiles, captures
         if graphs:
-            m = engine.generate(prompts, eos_token_ids=()).metrics
-            row["step_ms"] = 1e3 * m.decode_s / max(m.num_steps, 1)
+            res = engine.generate(prompts, eos_token_ids=())
+            row["step_ms"] = 1e3 * res.metrics.decode_s / max(res.metrics.num_steps, 1)
+            for part in ("verify_ms", "prep_ms", "draft_ms"):  # the step split, medians over the steps
+                row[part] = statistics.median(getattr(t, part) for t in res.trace) if res.trace else 0.0
         else:
             row["kernels"], row["profiled_steps"] = kernel_table(engine, prompts, top)
             row["profiled_us_per_step"] = sum(r["us_per_step"] for r in row["kernels"])
@@ -80,16 +104,21 @@ def main(argv=None) -> int:
     ap.add_argument("--new-tokens", type=int, default=33)
     ap.add_argument("--top", type=int, default=12)
     ap.add_argument("--out")
+    ap.add_argument("--cases", nargs="+", type=parse_case, default=CASES, metavar="method,K,c,prompt_len",
+                    help="the (method, K, c, prompt length) cases to run instead of the built-in eight")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         print("verify_profile_gpu.py: needs CUDA", file=sys.stderr)
         return 2
     target = random_smollm2()
-    drafter = tiny_drafter(target, "peagle", num_hidden_layers=4)
+    # The shipped heads' shapes: P-EAGLE 4 layers, EAGLE-3 1, both with a 32k draft vocabulary.
+    drafters = {"peagle": tiny_drafter(target, "peagle", num_hidden_layers=4, draft_vocab_size=32768),
+                "eagle3": tiny_drafter(target, "eagle3", num_hidden_layers=1, draft_vocab_size=32768)}
     doc = {**run_info("python scripts/gpu/verify_profile_gpu.py " + shlex.join(argv or sys.argv[1:])),
-           "target": "SmolLM2-135M shape, random weights, bf16; drafter: random 4-layer P-EAGLE", "cases": []}
-    for case in CASES:
-        doc["cases"].append(run_case(target, drafter, *case, args.new_tokens, args.top))
+           "target": "SmolLM2-135M shape, random weights, bf16; drafters: random 4-layer P-EAGLE and "
+                     "1-layer EAGLE-3, 32k draft vocabulary", "cases": []}
+    for case in args.cases:
+        doc["cases"].append(run_case(target, drafters.get(case[0]), *case, args.new_tokens, args.top))
         if args.out:  # what ran survives a cut-short run
             with open(args.out, "w") as f:
                 json.dump(doc, f, indent=2)
