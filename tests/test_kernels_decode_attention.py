@@ -268,8 +268,8 @@ def test_spec_config_and_the_engine_choose_the_attention():
 @pytest.mark.parametrize("compiled", [False, True])
 def test_auto_takes_the_kernel_for_several_queries_and_sdpa_for_one_at_large_c(compiled):
     """SpecConfig.decode_attention="auto" on CUDA: T > 1 through the kernel at any c; T = 1 through the
-    kernel while c·nkv programs leave SMs spare (here 8, the engine binds the GPU's count) and through
-    SDPA above, also when traced by torch.compile inside llama.attend (as the engine's compiled layers
+    kernel while c·nkv programs leave SMs spare (here 8, the engine binds the GPU's count) on cache
+    blocks up to T1_KERNEL_MAX_KEYS, through SDPA otherwise, also when traced by torch.compile inside llama.attend (as the engine's compiled layers
     call it)."""
     import functools
 
@@ -285,8 +285,9 @@ def test_auto_takes_the_kernel_for_several_queries_and_sdpa_for_one_at_large_c(c
         return real(q, *args)
 
     with mock.patch.object(da, "_launch", counting):
-        for c, T in ((2, 1), (3, 1), (2, 3), (3, 3)):  # 3 K/V heads: 6 programs, then 9
-            q, k, v, mask = _ragged(c, 9, 3, T, 80, 16, None, torch.float32, "cpu", T)
+        # 3 K/V heads: 6 programs, then 9; a block longer than T1_KERNEL_MAX_KEYS goes to SDPA at T = 1
+        for c, T, S in ((2, 1, 80), (3, 1, 80), (2, 3, 80), (3, 3, 80), (1, 1, da.T1_KERNEL_MAX_KEYS + 1)):
+            q, k, v, mask = _ragged(c, 9, 3, T, S, 16, None, torch.float32, "cpu", T)
             got = fn(q, k, v, mask, auto)
             torch.testing.assert_close(got, da.decode_attention_ref(q, k, v, mask), atol=2e-5, rtol=2e-5)
     assert calls == [(2, 1), (2, 3), (3, 3)]

@@ -61,6 +61,7 @@ MAX_ROWS = 128  # REP·T query rows of one program (SmolLM2: 3 × 17 = 51 at mos
 BLOCK_N = 128  # keys per loop step
 NUM_STAGES = 3  # key blocks in flight in the compiled key loop
 MAX_SPLITS = 32  # the combine kernel walks the splits one by one
+T1_KERNEL_MAX_KEYS = 4096  # multi_query_attention: longer cache blocks take SDPA for one query token
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 
 
@@ -470,15 +471,17 @@ def multi_query_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mas
       on a 640-position block, 8.0 against 13.0 at c = 8, 10.5 against 14.6 at c = 16, 13.6 against
       14.4 at c = 32; level on longer blocks (12.7 against 12.5 at c = 1 on 4096, 27.2 against 27.6
       at c = 32 on 2048).
-    * T = 1 at larger c: SDPA (cuDNN's decode kernel), which one split per (request, K/V head) does not
-      beat: 17.6 against 18.2 µs at c = 64 on 640 positions (34.9 against 43.5 on 2048,
-      ``t1_shapes.json`` beside it).
+    * T = 1 at larger c, or on a cache block longer than ``T1_KERNEL_MAX_KEYS``: SDPA (cuDNN's decode
+      kernel), which one split per (request, K/V head) does not beat: 17.6 against 18.2 µs at c = 64 on
+      640 positions (34.9 against 43.5 on 2048, ``t1_shapes.json`` beside it); and whose own key
+      splits win on long blocks: 13.5 against 15.1 µs at c = 1 and 25.2 against 29.2 at c = 8 on 7744
+      (``decode_attention_kernel_507773e.json``).
 
     SDPA takes the mask alone: the engine's ``kv_len`` (its positions' maximum + 1) hides no key
     that its causal mask shows, and one op fewer a layer keeps T = 1 steps short.
     """
     if programs is None:
         programs = programs_wanted(q.device)
-    if q.shape[2] == 1 and q.shape[0] * k.shape[1] > programs:
+    if q.shape[2] == 1 and (q.shape[0] * k.shape[1] > programs or k.shape[2] > T1_KERNEL_MAX_KEYS):
         return attend(q, k, v, mask)  # the model's own path: SDPA
     return torch.ops.peagle_lab.decode_attention.default(q, k, v, mask, kv_len)
