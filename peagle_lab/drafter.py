@@ -40,10 +40,15 @@ class FirstLayer(nn.Module):
         self.mlp = MLP(lc)
 
     def forward(self, emb, hidden, cos, sin, ctx):
+        a, m = self.forward_deferred(emb, hidden, cos, sin, ctx)
+        return a + m
+
+    def forward_deferred(self, emb, hidden, cos, sin, ctx):
+        """``(a, m)`` with the layer's output ``a + m`` left to the next layer (see ``Block.forward_deferred``)."""
         normed = self.hidden_norm(hidden)
         residual = normed if self.norm_before_residual else hidden
-        x = residual + self.self_attn(torch.cat([self.input_layernorm(emb), normed], -1), cos, sin, ctx)
-        return x + self.mlp(self.post_attention_layernorm(x))
+        a = residual + self.self_attn(torch.cat([self.input_layernorm(emb), normed], -1), cos, sin, ctx)
+        return a, self.mlp(self.post_attention_layernorm(a))
 
 
 @dataclass(frozen=True)
@@ -169,9 +174,10 @@ class Drafter(nn.Module):
             self._inv_freq = self._inv_freq.to(positions.device)
         cos, sin = rope_cos_sin(self._inv_freq, positions, self.dtype)
         run = layer_fn or call_layer
-        x = run(self.layers[0], self.embed(input_ids), hidden.to(self.dtype), cos, sin, ctx.layer(0))
+        x, delta = run(self.layers[0], self.embed(input_ids), hidden.to(self.dtype), cos, sin, ctx.layer(0))
         for i, layer in enumerate(self.layers[1:], start=1):
-            x = run(layer, x, cos, sin, ctx.layer(i))
+            _, x, delta = run(layer, x, delta, cos, sin, ctx.layer(i))
+        x = x + delta
         logits = None
         if return_logits:
             rows = x if logits_rows is None else torch.gather(x, 1, logits_rows[..., None].expand(-1, -1, x.shape[-1]))

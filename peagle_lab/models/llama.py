@@ -134,13 +134,14 @@ class RMSNorm(nn.Module):
 class KVCache:
     """Preallocated per-layer K/V for ``max_batch`` requests of ``max_len`` positions each.
 
-    ``k[l]``/``v[l]`` are ``[max_batch * max_len + 1, n_kv, hd]``: the extra last row is a
-    trash slot that ``slot_mapping == -1`` writes are redirected to, which keeps writes
-    free of host synchronisation (and so CUDA-graph friendly).
+    ``kv[l]`` is ``[2, max_batch * max_len + 1, n_kv, hd]``: layer ``l``'s keys (``kv[l][0]``,
+    also ``k[l]``) and values (``kv[l][1]``, ``v[l]``) in one tensor, so that a decode step
+    writes both with one kernel and a block copy moves both at once. The extra last row is a
+    trash slot that ``slot_mapping == -1`` writes are redirected to, which keeps writes free
+    of host synchronisation (and so CUDA-graph friendly).
     """
 
-    k: list[torch.Tensor]
-    v: list[torch.Tensor]
+    kv: list[torch.Tensor]
     max_batch: int
     max_len: int
     # attention of decode-shaped queries (T <= PREFILL_QUERIES) over this cache, called as
@@ -153,10 +154,18 @@ class KVCache:
                  head_dim: int, dtype: torch.dtype, device: torch.device | str) -> "KVCache":
         if max_batch < 1 or max_len < 1:
             raise ValueError(f"max_batch={max_batch} and max_len={max_len} must be >= 1")
-        shape = (max_batch * max_len + 1, num_kv_heads, head_dim)
-        k = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
-        v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
-        return cls(k, v, max_batch, max_len)
+        shape = (2, max_batch * max_len + 1, num_kv_heads, head_dim)
+        return cls([torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)], max_batch, max_len)
+
+    @property
+    def k(self) -> list[torch.Tensor]:
+        """Every layer's keys ``[max_batch * max_len + 1, n_kv, hd]`` (views into :attr:`kv`)."""
+        return [t[0] for t in self.kv]
+
+    @property
+    def v(self) -> list[torch.Tensor]:
+        """Every layer's values, as :attr:`k`."""
+        return [t[1] for t in self.kv]
 
     @property
     def trash_slot(self) -> int:
@@ -172,28 +181,27 @@ class KVCache:
 
     def write_slots(self, layer: int, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         """Write ``k``/``v`` [N, n_kv, hd] to slots from :meth:`slots` (no ``-1`` left)."""
-        write_kv(self.k[layer], self.v[layer], slots, k, v)
+        write_kv(self.kv[layer], slots, k, v)
 
     def read(self, layer: int, c: int) -> tuple[torch.Tensor, torch.Tensor]:
         """K/V of requests ``0..c-1`` as ``[c, n_kv, max_len, hd]``."""
-        return read_kv(self.k[layer], self.v[layer], c, self.max_len)
+        return read_kv(self.kv[layer], c, self.max_len)
 
 
-def write_kv(k_cache: torch.Tensor, v_cache: torch.Tensor, slots: torch.Tensor, k: torch.Tensor,
-             v: torch.Tensor) -> None:
-    """One layer's cache write: ``k``/``v`` [N, n_kv, hd] into rows ``slots`` [N] (no ``-1``)."""
-    k_cache.index_copy_(0, slots, k.to(k_cache.dtype))
-    v_cache.index_copy_(0, slots, v.to(v_cache.dtype))
+def write_kv(kv: torch.Tensor, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+    """One layer's cache write: ``k``/``v`` [N, n_kv, hd] into rows ``slots`` [N] (no ``-1``) of
+    ``kv`` [2, rows, n_kv, hd], both with one ``index_copy_`` (one kernel when compiled)."""
+    kv.index_copy_(1, slots, torch.stack((k, v)).to(kv.dtype))
 
 
-def read_kv(k_cache: torch.Tensor, v_cache: torch.Tensor, c: int, max_len: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """One layer's cache as ``[c, n_kv, max_len, hd]`` for requests ``0..c-1`` (views, no copy).
+def read_kv(kv: torch.Tensor, c: int, max_len: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """One layer's K and V as ``[c, n_kv, max_len, hd]`` for requests ``0..c-1`` (views, no copy).
 
     Inside a compiled layer ``max_len`` comes from a tensor's size (the mask's), which dynamo
     keeps symbolic; a Python int field would be specialised, one compilation per cache size.
     """
-    k = k_cache[:-1].view(-1, max_len, *k_cache.shape[1:])[:c]  # the trash row is the last one
-    v = v_cache[:-1].view(-1, max_len, *v_cache.shape[1:])[:c]
+    k = kv[0, :-1].view(-1, max_len, *kv.shape[2:])[:c]  # the trash row is the last one
+    v = kv[1, :-1].view(-1, max_len, *kv.shape[2:])[:c]
     return k.transpose(1, 2), v.transpose(1, 2)
 
 
@@ -327,8 +335,8 @@ class Attention(nn.Module):
         q = apply_rope(q, cos, sin)  # (c, T, nh, hd)
         k = apply_rope(k, cos, sin)  # (c, T, nkv, hd)
         if ctx.kv is not None:  # our KVCache: this layer's tensors, sizes from the mask
-            write_kv(*ctx.kv, ctx.slots, k.flatten(0, 1), v.flatten(0, 1))
-            k, v = read_kv(*ctx.kv, c, ctx.mask.shape[-1])  # (c, nkv, max_len, hd)
+            write_kv(ctx.kv, ctx.slots, k.flatten(0, 1), v.flatten(0, 1))
+            k, v = read_kv(ctx.kv, c, ctx.mask.shape[-1])  # (c, nkv, max_len, hd)
             k, v = k.to(q.dtype), v.to(q.dtype)
         elif ctx.cache is not None:  # a stand-in with write/read by layer (the EAGLE-3 trainer's)
             ctx.cache.write(ctx.layer, ctx.slot_mapping.reshape(-1), k.flatten(0, 1), v.flatten(0, 1))
@@ -364,8 +372,21 @@ class Block(nn.Module):
         self.mlp = MLP(cfg)
 
     def forward(self, x, cos, sin, ctx: "LayerContext"):
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin, ctx)
-        return x + self.mlp(self.post_attention_layernorm(x))
+        _, a, m = self.forward_deferred(x, None, cos, sin, ctx)
+        return a + m
+
+    def forward_deferred(self, x, delta, cos, sin, ctx: "LayerContext"):
+        """The block with the last residual add left to whoever comes next.
+
+        Returns ``(h, a, m)``: ``h = x + delta`` is this block's input (``delta`` is the
+        previous block's ``m``, None for the first block), ``a = h + attn(norm(h))`` and
+        ``m = mlp(norm(a))``; the block's output is ``a + m``. The next block adds it in
+        the same kernel as its input norm (one kernel a layer fewer when compiled), and
+        :class:`LlamaModel` reads its taps from ``h``. The arithmetic is :meth:`forward`'s.
+        """
+        h = x if delta is None else x + delta
+        a = h + self.self_attn(self.input_layernorm(h), cos, sin, ctx)
+        return h, a, self.mlp(self.post_attention_layernorm(a))
 
 
 @dataclass
@@ -374,7 +395,7 @@ class LayerContext:
     that the compiled code would have to specialise on (see :func:`call_layer`)."""
 
     mask: torch.Tensor  # [c, 1, T, S] bool (or a flex BlockMask)
-    kv: tuple[torch.Tensor, torch.Tensor] | None = None  # this layer's K/V rows of our KVCache
+    kv: torch.Tensor | None = None  # this layer's [2, rows, n_kv, hd] K/V of our KVCache
     slots: torch.Tensor | None = None  # [c*T] flat cache rows, -1 sent to the trash row
     cache: object = None  # a stand-in cache with write/read by layer (the EAGLE-3 trainer's ChainKV)
     layer: int = 0  # for the stand-in only
@@ -401,19 +422,21 @@ class AttnContext:
     def layer(self, i: int) -> LayerContext:
         """The context of layer ``i``."""
         if isinstance(self.cache, KVCache):
-            return LayerContext(self.mask, (self.cache.k[i], self.cache.v[i]), self.slots,
+            return LayerContext(self.mask, self.cache.kv[i], self.slots,
                                 decode_attention=self.cache.decode_attention, kv_len=self.kv_len)
         return LayerContext(self.mask, cache=self.cache, layer=i, slot_mapping=self.slot_mapping)
 
 
 def call_layer(layer: nn.Module, *args):
-    """``layer(*args)``: the unit the engine compiles (``SpecConfig.compile``).
+    """``layer.forward_deferred(*args)``: the unit the engine compiles (``SpecConfig.compile``).
 
     One decoder layer, not the whole model: every layer of a model (and of a drafter) has the
     same code and shapes, so one compilation serves them all and compiling stays quick; its
-    context carries that layer's cache tensors rather than an index into a list of them.
+    context carries that layer's cache tensors rather than an index into a list of them. The
+    layers' deferred form (:meth:`Block.forward_deferred`) hands each block's last residual add
+    to the next block, where the compiler fuses it with that block's input norm.
     """
-    return layer(*args)
+    return layer.forward_deferred(*args)
 
 
 def make_context(positions: torch.Tensor, cache: KVCache | None, slot_mapping: torch.Tensor | None,
@@ -523,8 +546,8 @@ class LlamaModel(nn.Module):
             logits_rows: optional [c, m] indices along T; logits only for those rows.
             attn_mask: overrides the causal-by-position mask without a cache: a boolean
                 [c, 1, T, T] or a flex ``BlockMask`` (training on packed rows of several sequences).
-            layer_fn: runs each decoder layer as ``layer_fn(layer, x, cos, sin, layer_context)``
-                (the engine passes a compiled :func:`call_layer`); None calls the layers directly.
+            layer_fn: runs each decoder layer as ``layer_fn(layer, x, delta, cos, sin, layer_context)``
+                (the engine passes a compiled :func:`call_layer`); None calls :func:`call_layer`.
 
         Returns:
             TargetOutput with float32 ``logits`` [c, T or m, V] and ``taps`` [c, T, 3H].
@@ -540,16 +563,16 @@ class LlamaModel(nn.Module):
                              f"{tuple(input_ids.shape)}")
         ctx = make_context(positions, cache, slot_mapping, attn_mask)
         cos, sin = self.rope(positions)
-        x = self.embed_tokens(input_ids)
+        x, delta = self.embed_tokens(input_ids), None
         taps_at = self.config.taps
         taps = []
         for i, layer in enumerate(self.layers):
+            h, x, delta = (layer_fn or call_layer)(layer, x, delta, cos, sin, ctx.layer(i))
             if return_taps and i in taps_at:
-                taps.append(x)
-            x = (layer_fn or call_layer)(layer, x, cos, sin, ctx.layer(i))
+                taps.append(h)  # layer i's input
         # Repeated tap ids (tiny models) are legal; keep their order.
         tap_list = [taps[sorted(set(taps_at)).index(k)] for k in taps_at] if return_taps else None
-        x = self.norm(x)
+        x = self.norm(x + delta)
         logits = None
         if return_logits:
             rows = x if logits_rows is None else torch.gather(
