@@ -118,6 +118,26 @@ def test_greedy_parity(c, K, V, block_v, seed, dtype):
 
 
 @needs_interpreter
+@pytest.mark.parametrize("c,K,dtype", [(1, 1, torch.float32), (1, 3, torch.bfloat16), (2, 1, torch.float64)])
+def test_greedy_parity_with_rows_split_into_chunks(c, K, dtype):
+    """Few rows: each row's argmax is split over chunks, whose winners the second stage merges
+    (the small integer logits tie across chunks, where the earliest chunk must win)."""
+    s, chunk = kv.argmax_chunks(c * (K + 1), 300, 64, kv.programs_wanted("cpu"))
+    assert s > 1 and chunk < 300
+    for seed in range(4):
+        check_greedy(c, K, 300, 64, seed, dtype, "cpu")
+
+
+@given(rows=st.integers(1, 600), v=st.integers(1, 70000), block_v=st.sampled_from([16, 64, 1024]),
+       programs=st.integers(1, 200))
+def test_argmax_chunks_cover_each_row_once(rows, v, block_v, programs):
+    s, chunk = kv.argmax_chunks(rows, v, block_v, programs)
+    assert 1 <= s <= kv.MAX_ARGMAX_CHUNKS and chunk % block_v == 0
+    assert (s - 1) * chunk < v <= s * chunk  # every chunk holds logits, together all of them
+    assert s == 1 or rows * s <= programs
+
+
+@needs_interpreter
 @given(**batches, dtype=st.sampled_from(PROB_DTYPES))
 def test_rejection_parity(c, K, V, block_v, seed, dtype):
     check_rejection(c, K, V, block_v, seed, dtype, "cpu")

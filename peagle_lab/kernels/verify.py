@@ -5,16 +5,19 @@ The spec is :mod:`peagle_lab.verify` (re-exported here as ``verify_greedy_ref`` 
 same decisions with the same arithmetic, so the two agree bit for bit.
 
 Why fuse? The reference launches a dozen small ops over ``[c, K+1, V]``. Greedy
-verification runs in two launches: one program per logits row finds its argmax (c·(K+1)
-programs, so the GPU is busy at every c; a program per request walking its rows in turn
-starved the GPU at large c), then one program per request finds the first slot whose draft
-the target rejects. Rejection sampling is one program per request, which walks its slots
+verification runs in two launches. The first finds each logits row's argmax: a row's
+vocabulary is split into ``S`` chunks, one program each, so the c·(K+1)·S programs keep the
+GPU busy at every c (a program per request walking its rows in turn starved it at large c;
+a program per row left most SMs idle at c = 1, where one program walked SmolLM2's 49,152
+logits in 48 serial steps). The second, one program per request, merges each row's chunk
+winners and finds the first slot whose draft the target rejects. Rejection sampling is one program per request, which walks its slots
 in order, stops at the first rejection and makes one pass over one row of ``V``.
 
 Exactness rules shared with the reference:
 
 - argmax ties go to the lowest id (``torch.argmax`` returns the first maximum; the kernel
-  takes ``tie_break_left`` inside a block and keeps an earlier block on equal values);
+  takes ``tie_break_left`` inside a block, keeps an earlier block on equal values, and the
+  merge keeps the earliest chunk among equal chunk winners);
 - ratios use round-to-nearest division (``div_rn``), which is what PyTorch's ``/`` does
   and what Triton's ``/`` does not promise on GPUs;
 - rejection sampling computes in float32, whatever the input dtype.
@@ -28,6 +31,7 @@ from peagle_lab.verify import verify_greedy as verify_greedy_ref
 from peagle_lab.verify import verify_rejection as verify_rejection_ref
 
 from .backend import resolve, triton
+from .decode_attention import programs_wanted
 
 if triton is not None:
     import triton.language as tl
@@ -35,21 +39,21 @@ if triton is not None:
 __all__ = ["verify_greedy", "verify_rejection", "verify_greedy_ref", "verify_rejection_ref"]
 
 _MAX_BLOCK_V = 1024  # vocabulary lanes per loop step; 49152 (SmolLM2) takes 48 steps
+MAX_ARGMAX_CHUNKS = 64  # chunks a greedy-verify row's argmax is split into at most
 
 
 if triton is not None:
 
     @triton.jit
-    def _row_argmax(row_ptr, V, BLOCK_V: tl.constexpr, COMPUTE_DTYPE: tl.constexpr):
-        """Index of the first maximum of ``row_ptr[0:V]``, as int64."""
+    def _chunk_argmax(row_ptr, start, stop, BLOCK_V: tl.constexpr, COMPUTE_DTYPE: tl.constexpr):
+        """``(value, index)`` of the first maximum of ``row_ptr[start:stop]`` (index int64)."""
         best_val = tl.full([], float("-inf"), COMPUTE_DTYPE)
-        best_idx = tl.zeros([], tl.int64)
-        # A while loop, not range(0, V, BLOCK_V): Triton 3.6's interpreter cannot turn a
-        # runtime scalar argument into a range bound under NumPy 2.4.
-        start = tl.zeros([], tl.int64)
-        while start < V:
+        best_idx = start
+        # A while loop, not range(start, stop, BLOCK_V): Triton 3.6's interpreter cannot turn
+        # a runtime scalar argument into a range bound under NumPy 2.4.
+        while start < stop:
             offs = start + tl.arange(0, BLOCK_V)
-            x = tl.load(row_ptr + offs, mask=offs < V, other=float("-inf")).to(COMPUTE_DTYPE)
+            x = tl.load(row_ptr + offs, mask=offs < stop, other=float("-inf")).to(COMPUTE_DTYPE)
             blk_val, blk_idx = tl.max(x, axis=0, return_indices=True,
                                       return_indices_tie_break_left=True)
             # Strictly greater: on equal values the earlier block (lower id) keeps the win.
@@ -57,7 +61,7 @@ if triton is not None:
             best_idx = tl.where(better, start + blk_idx, best_idx)
             best_val = tl.where(better, blk_val, best_val)
             start += BLOCK_V
-        return best_idx
+        return best_val, best_idx
 
     @triton.jit
     def _write_outputs(
@@ -80,28 +84,45 @@ if triton is not None:
         tl.store(output_tokens_ptr + req * (K + 1) + cols, row, mask=cols < K + 1)
 
     @triton.jit
-    def _argmax_rows_kernel(
+    def _argmax_chunks_kernel(
         logits_ptr,   # [rows, V] any float dtype (rows = c * (K+1))
-        argmax_ptr,   # [rows] int64, output
-        V,
+        best_val_ptr,  # [rows, S] COMPUTE_DTYPE, output: each chunk's maximum
+        best_idx_ptr,  # [rows, S] int64, output: where it first occurs
+        V, CHUNK,      # CHUNK: logits a chunk, a multiple of BLOCK_V
+        S: tl.constexpr,
         BLOCK_V: tl.constexpr,
         COMPUTE_DTYPE: tl.constexpr,
     ):
-        """Stage 1 of greedy verification: one program per logits row, its first maximum."""
+        """Stage 1 of greedy verification: program (row, s) finds chunk s's first maximum.
+
+            row r:  [ chunk 0 | chunk 1 | ... | chunk S-1 ]   (the last one may be short)
+                        │          │                 │
+            best[r] = [ (v0, i0), (v1, i1), ...,  (vS-1, iS-1) ]
+        """
         row = tl.program_id(0).to(tl.int64)
-        tl.store(argmax_ptr + row, _row_argmax(logits_ptr + row * V, V, BLOCK_V, COMPUTE_DTYPE))
+        chunk = tl.program_id(1).to(tl.int64)
+        start = chunk * CHUNK
+        val, idx = _chunk_argmax(logits_ptr + row * V, start, tl.minimum(start + CHUNK, V),
+                                 BLOCK_V, COMPUTE_DTYPE)
+        tl.store(best_val_ptr + row * S + chunk, val)
+        tl.store(best_idx_ptr + row * S + chunk, idx)
 
     @triton.jit
     def _accept_greedy_kernel(
-        argmax_ptr,          # [c, K+1] int64, the target's token at every slot (stage 1)
+        best_val_ptr,        # [c, K+1, S] chunk maxima (stage 1)
+        best_idx_ptr,        # [c, K+1, S] int64, their ids
         draft_tokens_ptr,    # [c, K] int32/int64
         num_accepted_ptr,    # [c] int64
         next_tokens_ptr,     # [c] int64
         output_tokens_ptr,   # [c, K+1] int64
         K,
+        S: tl.constexpr,
         BLOCK_K: tl.constexpr,  # next power of two >= K+1
+        BLOCK_S: tl.constexpr,  # next power of two >= S
     ):
-        """Stage 2: one program per request; n = the first slot whose draft the target rejects.
+        """Stage 2: one program per request. Each slot's target token is its row's first
+        maximum (the earliest chunk among equal chunk maxima); then n = the first slot whose
+        draft the target rejects.
 
             slot:     0    1    2    3 (= K)
             draft:    d0   d1   d2   (none)
@@ -109,7 +130,16 @@ if triton is not None:
         """
         req = tl.program_id(0).to(tl.int64)
         cols = tl.arange(0, BLOCK_K)
-        target = tl.load(argmax_ptr + req * (K + 1) + cols, mask=cols < K + 1, other=-1)
+        chunks = tl.arange(0, BLOCK_S)
+        at = req * (K + 1) * S + cols[:, None] * S + chunks[None, :]
+        live = (cols[:, None] < K + 1) & (chunks[None, :] < S)
+        vals = tl.load(best_val_ptr + at, mask=live, other=float("-inf"))
+        ids = tl.load(best_idx_ptr + at, mask=live, other=0)
+        top = tl.max(vals, axis=1)
+        # Chunks are in id order, so the first chunk holding the maximum holds its first id.
+        first = tl.min(tl.where(live & (vals == top[:, None]), chunks[None, :], BLOCK_S), axis=1)
+        target = tl.sum(tl.where(chunks[None, :] == first[:, None], ids, 0), axis=1)
+        target = tl.where(cols < K + 1, target, -1)
         drafts = draft_tokens_ptr + req * K
         draft = tl.load(drafts + cols, mask=cols < K, other=-1).to(tl.int64)
         rejected = (draft != target) | (cols >= K)
@@ -243,18 +273,36 @@ def verify_greedy(
     c, k, v = check_greedy_inputs(target_logits, draft_tokens)
     if resolve(backend, target_logits.device) == "torch":
         return verify_greedy_ref(target_logits, draft_tokens)
-    num_accepted, next_tokens, output_tokens = _empty_outputs(c, k, target_logits.device)
-    compute = tl.float64 if target_logits.dtype == torch.float64 else tl.float32
-    argmax = torch.empty(c, k + 1, dtype=torch.int64, device=target_logits.device)
-    _argmax_rows_kernel[(c * (k + 1),)](
-        target_logits.contiguous(), argmax, v,
-        BLOCK_V=min(triton.next_power_of_2(v), _MAX_BLOCK_V), COMPUTE_DTYPE=compute,
+    device = target_logits.device
+    num_accepted, next_tokens, output_tokens = _empty_outputs(c, k, device)
+    wide = target_logits.dtype == torch.float64
+    block_v = min(triton.next_power_of_2(v), _MAX_BLOCK_V)
+    s, chunk = argmax_chunks(c * (k + 1), v, block_v, programs_wanted(device))
+    best_val = torch.empty(c, k + 1, s, dtype=torch.float64 if wide else torch.float32, device=device)
+    best_idx = torch.empty(c, k + 1, s, dtype=torch.int64, device=device)
+    _argmax_chunks_kernel[(c * (k + 1), s)](
+        target_logits.contiguous(), best_val, best_idx, v, chunk,
+        S=s, BLOCK_V=block_v, COMPUTE_DTYPE=tl.float64 if wide else tl.float32,
     )
     _accept_greedy_kernel[(c,)](
-        argmax, draft_tokens.contiguous(), num_accepted, next_tokens, output_tokens,
-        k, BLOCK_K=triton.next_power_of_2(k + 1),
+        best_val, best_idx, draft_tokens.contiguous(), num_accepted, next_tokens, output_tokens,
+        k, S=s, BLOCK_K=triton.next_power_of_2(k + 1), BLOCK_S=triton.next_power_of_2(s),
     )
     return _finish(num_accepted, next_tokens, output_tokens, k)
+
+
+def argmax_chunks(rows: int, v: int, block_v: int, programs: int) -> tuple[int, int]:
+    """``(S, chunk)``: each of ``rows`` logits rows of ``v`` split into ``S`` chunks of ``chunk``
+    logits (whole ``block_v`` blocks), so that ``rows · S`` is about ``programs``, at most
+    ``MAX_ARGMAX_CHUNKS`` and no more chunks than blocks.
+
+    >>> argmax_chunks(8, 49152, 1024, 132), argmax_chunks(512, 49152, 1024, 132), argmax_chunks(1, 100, 64, 132)
+    ((16, 3072), (1, 49152), (2, 64))
+    """
+    blocks = -(-v // block_v)
+    s = max(1, min(blocks, programs // max(rows, 1), MAX_ARGMAX_CHUNKS))
+    per = -(-blocks // s)
+    return -(-blocks // per), per * block_v
 
 
 def verify_rejection(
