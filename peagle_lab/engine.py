@@ -805,8 +805,8 @@ def copy_kv_blocks(src, dst, dest: torch.Tensor, length: int | None = None) -> N
     if n < 1:
         raise ValueError(f"length={length!r}: expected at least one position to copy")
     for main, part in zip(dst.kv, src.kv):  # K and V of a layer in one copy
-        blocks = main[:, : dst.max_batch * L].view(2, dst.max_batch, L, *main.shape[2:])[:, :, :n]
-        blocks.index_copy_(1, dest, part[:, : src.max_batch * L].view(2, src.max_batch, L, *main.shape[2:])[:, :, :n])
+        blocks = main[: dst.max_batch * L].view(dst.max_batch, L, *main.shape[1:])[:, :n]
+        blocks.index_copy_(0, dest, part[: src.max_batch * L].view(src.max_batch, L, *main.shape[1:])[:, :n])
 
 
 def _may_continue(outputs: list[list[int]], done: list[bool], max_new: int) -> bool:

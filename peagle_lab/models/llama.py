@@ -134,11 +134,11 @@ class RMSNorm(nn.Module):
 class KVCache:
     """Preallocated per-layer K/V for ``max_batch`` requests of ``max_len`` positions each.
 
-    ``kv[l]`` is ``[2, max_batch * max_len + 1, n_kv, hd]``: layer ``l``'s keys (``kv[l][0]``,
-    also ``k[l]``) and values (``kv[l][1]``, ``v[l]``) in one tensor, so that a decode step
-    writes both with one kernel and a block copy moves both at once. The extra last row is a
-    trash slot that ``slot_mapping == -1`` writes are redirected to, which keeps writes free
-    of host synchronisation (and so CUDA-graph friendly).
+    ``kv[l]`` is ``[max_batch * max_len + 1, 2, n_kv, hd]``: a position's keys (``kv[l][:, 0]``,
+    also ``k[l]``) and values (``kv[l][:, 1]``, ``v[l]``) side by side in one row, so that a
+    decode step writes both with one kernel and a block copy moves both at once. The extra last
+    row is a trash slot that ``slot_mapping == -1`` writes are redirected to, which keeps writes
+    free of host synchronisation (and so CUDA-graph friendly).
     """
 
     kv: list[torch.Tensor]
@@ -154,18 +154,18 @@ class KVCache:
                  head_dim: int, dtype: torch.dtype, device: torch.device | str) -> "KVCache":
         if max_batch < 1 or max_len < 1:
             raise ValueError(f"max_batch={max_batch} and max_len={max_len} must be >= 1")
-        shape = (2, max_batch * max_len + 1, num_kv_heads, head_dim)
+        shape = (max_batch * max_len + 1, 2, num_kv_heads, head_dim)
         return cls([torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)], max_batch, max_len)
 
     @property
     def k(self) -> list[torch.Tensor]:
-        """Every layer's keys ``[max_batch * max_len + 1, n_kv, hd]`` (views into :attr:`kv`)."""
-        return [t[0] for t in self.kv]
+        """Every layer's keys ``[max_batch * max_len + 1, n_kv, hd]`` (strided views into :attr:`kv`)."""
+        return [t[:, 0] for t in self.kv]
 
     @property
     def v(self) -> list[torch.Tensor]:
         """Every layer's values, as :attr:`k`."""
-        return [t[1] for t in self.kv]
+        return [t[:, 1] for t in self.kv]
 
     @property
     def trash_slot(self) -> int:
@@ -190,8 +190,8 @@ class KVCache:
 
 def write_kv(kv: torch.Tensor, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
     """One layer's cache write: ``k``/``v`` [N, n_kv, hd] into rows ``slots`` [N] (no ``-1``) of
-    ``kv`` [2, rows, n_kv, hd], both with one ``index_copy_`` (one kernel when compiled)."""
-    kv.index_copy_(1, slots, torch.stack((k, v)).to(kv.dtype))
+    ``kv`` [rows, 2, n_kv, hd], both with one ``index_copy_`` (one kernel when compiled)."""
+    kv.index_copy_(0, slots, torch.stack((k, v), 1).to(kv.dtype))
 
 
 def read_kv(kv: torch.Tensor, c: int, max_len: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -200,8 +200,8 @@ def read_kv(kv: torch.Tensor, c: int, max_len: int) -> tuple[torch.Tensor, torch
     Inside a compiled layer ``max_len`` comes from a tensor's size (the mask's), which dynamo
     keeps symbolic; a Python int field would be specialised, one compilation per cache size.
     """
-    k = kv[0, :-1].view(-1, max_len, *kv.shape[2:])[:c]  # the trash row is the last one
-    v = kv[1, :-1].view(-1, max_len, *kv.shape[2:])[:c]
+    k = kv[:-1, 0].view(-1, max_len, *kv.shape[2:])[:c]  # the trash row is the last one
+    v = kv[:-1, 1].view(-1, max_len, *kv.shape[2:])[:c]
     return k.transpose(1, 2), v.transpose(1, 2)
 
 
@@ -395,7 +395,7 @@ class LayerContext:
     that the compiled code would have to specialise on (see :func:`call_layer`)."""
 
     mask: torch.Tensor  # [c, 1, T, S] bool (or a flex BlockMask)
-    kv: torch.Tensor | None = None  # this layer's [2, rows, n_kv, hd] K/V of our KVCache
+    kv: torch.Tensor | None = None  # this layer's [rows, 2, n_kv, hd] K/V of our KVCache
     slots: torch.Tensor | None = None  # [c*T] flat cache rows, -1 sent to the trash row
     cache: object = None  # a stand-in cache with write/read by layer (the EAGLE-3 trainer's ChainKV)
     layer: int = 0  # for the stand-in only
