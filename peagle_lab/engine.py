@@ -311,8 +311,8 @@ class SpecDecoder:
         return self._graphs.warmup_s + self._prefill_graphs.warmup_s
 
     def cache_tensors(self) -> list[torch.Tensor]:
-        """Every layer's K/V tensor of the target's and the drafter's caches (none before the first use)."""
-        return [t for cache in (self._cache_t, self._cache_d) if cache is not None for t in cache.kv]
+        """Every K/V tensor of the target's and the drafter's caches (none before the first use)."""
+        return [t for cache in (self._cache_t, self._cache_d) if cache is not None for t in (*cache.k, *cache.v)]
 
     def _caches(self, c: int, max_len: int):
         """KV caches reused across ``generate`` calls (so captured graphs stay valid).
@@ -804,7 +804,7 @@ def copy_kv_blocks(src, dst, dest: torch.Tensor, length: int | None = None) -> N
     n = L if length is None else min(length, L)
     if n < 1:
         raise ValueError(f"length={length!r}: expected at least one position to copy")
-    for main, part in zip(dst.kv, src.kv):  # K and V of a layer in one copy
+    for main, part in zip((*dst.k, *dst.v), (*src.k, *src.v)):
         blocks = main[: dst.max_batch * L].view(dst.max_batch, L, *main.shape[1:])[:, :n]
         blocks.index_copy_(0, dest, part[: src.max_batch * L].view(src.max_batch, L, *main.shape[1:])[:, :n])
 

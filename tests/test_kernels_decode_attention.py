@@ -80,8 +80,9 @@ def test_kernel_reads_strided_cache_views_and_zeroes_rows_that_see_nothing(devic
     """K/V as the engine hands them over (views of a flat cache); padding rows see no key."""
     c, nh, nkv, T, max_len, hd = 3, 9, 3, 4, 320, 64
     g = torch.Generator().manual_seed(5)
-    kv_cache = torch.randn(c * max_len + 1, 2, nkv, hd, generator=g).to(device, dtype)
-    k, v = read_kv(kv_cache, c, max_len)
+    k_cache = torch.randn(c * max_len + 1, nkv, hd, generator=g).to(device, dtype)
+    v_cache = torch.randn(c * max_len + 1, nkv, hd, generator=g).to(device, dtype)
+    k, v = read_kv(k_cache, v_cache, c, max_len)
     assert not k.is_contiguous()
     q = torch.randn(c, nh, T, hd, generator=g).to(device, dtype)
     positions = torch.tensor([[40, 41, 42, 43], [0, 1, 2, 3], [290, 291, 292, 293]], device=device)

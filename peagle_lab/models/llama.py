@@ -134,14 +134,13 @@ class RMSNorm(nn.Module):
 class KVCache:
     """Preallocated per-layer K/V for ``max_batch`` requests of ``max_len`` positions each.
 
-    ``kv[l]`` is ``[max_batch * max_len + 1, 2, n_kv, hd]``: a position's keys (``kv[l][:, 0]``,
-    also ``k[l]``) and values (``kv[l][:, 1]``, ``v[l]``) side by side in one row, so that a
-    decode step writes both with one kernel and a block copy moves both at once. The extra last
-    row is a trash slot that ``slot_mapping == -1`` writes are redirected to, which keeps writes
+    ``k[l]``/``v[l]`` are ``[max_batch * max_len + 1, n_kv, hd]``: the extra last row is a
+    trash slot that ``slot_mapping == -1`` writes are redirected to, which keeps writes
     free of host synchronisation (and so CUDA-graph friendly).
     """
 
-    kv: list[torch.Tensor]
+    k: list[torch.Tensor]
+    v: list[torch.Tensor]
     max_batch: int
     max_len: int
     # attention of decode-shaped queries (T <= PREFILL_QUERIES) over this cache, called as
@@ -154,18 +153,10 @@ class KVCache:
                  head_dim: int, dtype: torch.dtype, device: torch.device | str) -> "KVCache":
         if max_batch < 1 or max_len < 1:
             raise ValueError(f"max_batch={max_batch} and max_len={max_len} must be >= 1")
-        shape = (max_batch * max_len + 1, 2, num_kv_heads, head_dim)
-        return cls([torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)], max_batch, max_len)
-
-    @property
-    def k(self) -> list[torch.Tensor]:
-        """Every layer's keys ``[max_batch * max_len + 1, n_kv, hd]`` (strided views into :attr:`kv`)."""
-        return [t[:, 0] for t in self.kv]
-
-    @property
-    def v(self) -> list[torch.Tensor]:
-        """Every layer's values, as :attr:`k`."""
-        return [t[:, 1] for t in self.kv]
+        shape = (max_batch * max_len + 1, num_kv_heads, head_dim)
+        k = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
+        v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
+        return cls(k, v, max_batch, max_len)
 
     @property
     def trash_slot(self) -> int:
@@ -181,27 +172,28 @@ class KVCache:
 
     def write_slots(self, layer: int, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         """Write ``k``/``v`` [N, n_kv, hd] to slots from :meth:`slots` (no ``-1`` left)."""
-        write_kv(self.kv[layer], slots, k, v)
+        write_kv(self.k[layer], self.v[layer], slots, k, v)
 
     def read(self, layer: int, c: int) -> tuple[torch.Tensor, torch.Tensor]:
         """K/V of requests ``0..c-1`` as ``[c, n_kv, max_len, hd]``."""
-        return read_kv(self.kv[layer], c, self.max_len)
+        return read_kv(self.k[layer], self.v[layer], c, self.max_len)
 
 
-def write_kv(kv: torch.Tensor, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
-    """One layer's cache write: ``k``/``v`` [N, n_kv, hd] into rows ``slots`` [N] (no ``-1``) of
-    ``kv`` [rows, 2, n_kv, hd], both with one ``index_copy_`` (one kernel when compiled)."""
-    kv.index_copy_(0, slots, torch.stack((k, v), 1).to(kv.dtype))
+def write_kv(k_cache: torch.Tensor, v_cache: torch.Tensor, slots: torch.Tensor, k: torch.Tensor,
+             v: torch.Tensor) -> None:
+    """One layer's cache write: ``k``/``v`` [N, n_kv, hd] into rows ``slots`` [N] (no ``-1``)."""
+    k_cache.index_copy_(0, slots, k.to(k_cache.dtype))
+    v_cache.index_copy_(0, slots, v.to(v_cache.dtype))
 
 
-def read_kv(kv: torch.Tensor, c: int, max_len: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """One layer's K and V as ``[c, n_kv, max_len, hd]`` for requests ``0..c-1`` (views, no copy).
+def read_kv(k_cache: torch.Tensor, v_cache: torch.Tensor, c: int, max_len: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """One layer's cache as ``[c, n_kv, max_len, hd]`` for requests ``0..c-1`` (views, no copy).
 
     Inside a compiled layer ``max_len`` comes from a tensor's size (the mask's), which dynamo
     keeps symbolic; a Python int field would be specialised, one compilation per cache size.
     """
-    k = kv[:-1, 0].view(-1, max_len, *kv.shape[2:])[:c]  # the trash row is the last one
-    v = kv[:-1, 1].view(-1, max_len, *kv.shape[2:])[:c]
+    k = k_cache[:-1].view(-1, max_len, *k_cache.shape[1:])[:c]  # the trash row is the last one
+    v = v_cache[:-1].view(-1, max_len, *v_cache.shape[1:])[:c]
     return k.transpose(1, 2), v.transpose(1, 2)
 
 
@@ -335,8 +327,8 @@ class Attention(nn.Module):
         q = apply_rope(q, cos, sin)  # (c, T, nh, hd)
         k = apply_rope(k, cos, sin)  # (c, T, nkv, hd)
         if ctx.kv is not None:  # our KVCache: this layer's tensors, sizes from the mask
-            write_kv(ctx.kv, ctx.slots, k.flatten(0, 1), v.flatten(0, 1))
-            k, v = read_kv(ctx.kv, c, ctx.mask.shape[-1])  # (c, nkv, max_len, hd)
+            write_kv(*ctx.kv, ctx.slots, k.flatten(0, 1), v.flatten(0, 1))
+            k, v = read_kv(*ctx.kv, c, ctx.mask.shape[-1])  # (c, nkv, max_len, hd)
             k, v = k.to(q.dtype), v.to(q.dtype)
         elif ctx.cache is not None:  # a stand-in with write/read by layer (the EAGLE-3 trainer's)
             ctx.cache.write(ctx.layer, ctx.slot_mapping.reshape(-1), k.flatten(0, 1), v.flatten(0, 1))
@@ -395,7 +387,7 @@ class LayerContext:
     that the compiled code would have to specialise on (see :func:`call_layer`)."""
 
     mask: torch.Tensor  # [c, 1, T, S] bool (or a flex BlockMask)
-    kv: torch.Tensor | None = None  # this layer's [rows, 2, n_kv, hd] K/V of our KVCache
+    kv: tuple[torch.Tensor, torch.Tensor] | None = None  # this layer's K/V rows of our KVCache
     slots: torch.Tensor | None = None  # [c*T] flat cache rows, -1 sent to the trash row
     cache: object = None  # a stand-in cache with write/read by layer (the EAGLE-3 trainer's ChainKV)
     layer: int = 0  # for the stand-in only
@@ -422,7 +414,7 @@ class AttnContext:
     def layer(self, i: int) -> LayerContext:
         """The context of layer ``i``."""
         if isinstance(self.cache, KVCache):
-            return LayerContext(self.mask, self.cache.kv[i], self.slots,
+            return LayerContext(self.mask, (self.cache.k[i], self.cache.v[i]), self.slots,
                                 decode_attention=self.cache.decode_attention, kv_len=self.kv_len)
         return LayerContext(self.mask, cache=self.cache, layer=i, slot_mapping=self.slot_mapping)
 
