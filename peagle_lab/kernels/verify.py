@@ -139,7 +139,6 @@ if triton is not None:
         # Chunks are in id order, so the first chunk holding the maximum holds its first id.
         first = tl.min(tl.where(live & (vals == top[:, None]), chunks[None, :], BLOCK_S), axis=1)
         target = tl.sum(tl.where(chunks[None, :] == first[:, None], ids, 0), axis=1)
-        target = tl.where(cols < K + 1, target, -1)
         drafts = draft_tokens_ptr + req * K
         draft = tl.load(drafts + cols, mask=cols < K, other=-1).to(tl.int64)
         rejected = (draft != target) | (cols >= K)
