@@ -67,8 +67,12 @@ def prefill(target: LlamaModel, ids: torch.Tensor, positions: torch.Tensor, leng
             chunk_tokens: int = PREFILL_CHUNK_TOKENS) -> TargetOutput:
     """The target over the padded prompts, writing their KV; logits at each prompt's last token.
 
-    Prompts wider than ``chunk_tokens // c`` run in chunks of that width, one after another
-    through the KV cache (as a serving engine's chunked prefill does).
+    The prompts start at position 0 (``positions`` as :func:`pad_prompts` makes them) in cache
+    blocks that hold nothing before them, so the first chunk attends causally over its own keys
+    (one fused kernel, ``LlamaModel.forward(fresh=True)``) rather than over each whole cache block
+    through a mask. Prompts wider than ``chunk_tokens // c`` run in chunks of that width, one after
+    another through the KV cache (as a serving engine's chunked prefill does); the later chunks
+    read the earlier ones' keys from the cache.
 
     Returns:
         ``TargetOutput`` with ``logits`` [c, 1, V] and, when ``taps``, the taps [c, T, 3H].
@@ -78,12 +82,12 @@ def prefill(target: LlamaModel, ids: torch.Tensor, positions: torch.Tensor, leng
     width = max(1, chunk_tokens // c)
     if T <= width:
         return target(ids, positions, cache=cache, slot_mapping=slots, return_taps=taps,
-                      logits_rows=(lengths - 1)[:, None])
+                      logits_rows=(lengths - 1)[:, None], fresh=True)
     hidden, tap_parts = [], []
     for a in range(0, T, width):
         part = slice(a, a + width)
         out = target(ids[:, part], positions[:, part], cache=cache, slot_mapping=slots[:, part],
-                     return_logits=False, return_taps=taps)
+                     return_logits=False, return_taps=taps, fresh=a == 0)
         hidden.append(out.hidden)
         tap_parts.append(out.taps)
     x = torch.cat(hidden, 1)

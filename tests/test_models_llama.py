@@ -83,6 +83,36 @@ def test_cached_decode_equals_full_forward_for_ragged_batch():
             torch.testing.assert_close(out.logits[b, 0], full.logits[0, -1], rtol=1e-4, atol=1e-4)
 
 
+def test_fresh_prefill_matches_the_masked_cache_path_over_stale_rows():
+    """``fresh=True`` (a prompt's first prefill chunk) attends causally over the call's own keys: the
+    same logits, taps and written KV as attending over the whole cache block through the mask, while
+    the block still holds an earlier request's keys (which neither path may read)."""
+    model = tiny_target(seed=2)
+    assert model.config.num_key_value_heads < model.config.num_attention_heads  # the GQA path
+    lens = [7, 3, 5]
+    c, max_len, T = len(lens), 16, max(lens)
+    gen = torch.Generator().manual_seed(4)
+    ids = torch.randint(0, 96, (c, T), generator=gen)
+    pos = torch.arange(T).expand(c, T)
+    ok = pos < torch.tensor(lens)[:, None]
+    slots = torch.where(ok, torch.arange(c)[:, None] * max_len + pos, torch.full_like(pos, -1))
+    runs = {}
+    for fresh in (False, True):
+        cache = model.allocate_cache(c, max_len)
+        for t in (*cache.k, *cache.v):
+            t.copy_(torch.randn(t.shape, generator=torch.Generator().manual_seed(9)))  # stale rows
+        runs[fresh] = model(ids, pos, cache=cache, slot_mapping=slots), cache
+    (masked, cache_m), (fresh, cache_f) = runs[False], runs[True]
+    torch.testing.assert_close(fresh.logits[ok], masked.logits[ok], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(fresh.taps[ok], masked.taps[ok], rtol=1e-5, atol=1e-5)
+    written = slots[ok]
+    for a, b in zip((*cache_f.k, *cache_f.v), (*cache_m.k, *cache_m.v)):
+        torch.testing.assert_close(a[written], b[written], rtol=1e-5, atol=1e-5)
+        assert not torch.equal(a[written], torch.randn(a.shape, generator=torch.Generator().manual_seed(9))[written])
+    with pytest.raises(ValueError, match="fresh=True needs a KVCache"):
+        model(ids, pos, fresh=True)
+
+
 def test_slot_mapping_minus_one_writes_nothing():
     cache = KVCache.allocate(num_layers=1, max_batch=2, max_len=4, num_kv_heads=1, head_dim=2,
                              dtype=torch.float32, device="cpu")

@@ -219,14 +219,17 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask, decode=None,
            kv_len: torch.Tensor | None = None) -> torch.Tensor:
     """Grouped-query attention of ``q`` [c, nh, T, hd] over ``k``/``v`` [c, nkv, S, hd].
 
-    ``mask`` is a boolean ``[c, 1, T, S]`` (True = may attend) or a flex-attention
+    ``mask`` is a boolean ``[c, 1, T, S]`` (True = may attend), a flex-attention
     ``BlockMask`` (training on a GPU: the block-sparse masks of ``peagle_lab.train.mask``,
-    where whole blocks that no query may see are skipped). ``decode`` (a cache's
+    where whole blocks that no query may see are skipped), or None: query t sees keys 0..t of
+    this call (S == T; a fresh prompt's prefill), one fused causal kernel with no mask to read. ``decode`` (a cache's
     ``decode_attention``) takes the decode-shaped calls, T <= PREFILL_QUERIES with a boolean mask,
     with ``kv_len`` [c] (keys at or past ``kv_len[b]`` are hidden; the kernel does not read them).
     """
     from torch.nn.attention.flex_attention import BlockMask
 
+    if mask is None:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
     if decode is not None and not isinstance(mask, BlockMask) and q.shape[2] <= PREFILL_QUERIES:
         return decode(q, k, v, mask, kv_len)
     if isinstance(mask, BlockMask):
@@ -328,8 +331,11 @@ class Attention(nn.Module):
         k = apply_rope(k, cos, sin)  # (c, T, nkv, hd)
         if ctx.kv is not None:  # our KVCache: this layer's tensors, sizes from the mask
             write_kv(*ctx.kv, ctx.slots, k.flatten(0, 1), v.flatten(0, 1))
-            k, v = read_kv(*ctx.kv, c, ctx.mask.shape[-1])  # (c, nkv, max_len, hd)
-            k, v = k.to(q.dtype), v.to(q.dtype)
+            if ctx.mask is None:  # a fresh prompt: nothing in the cache before it, so its own keys suffice
+                k, v = k.transpose(1, 2), v.transpose(1, 2)
+            else:
+                k, v = read_kv(*ctx.kv, c, ctx.mask.shape[-1])  # (c, nkv, max_len, hd)
+                k, v = k.to(q.dtype), v.to(q.dtype)
         elif ctx.cache is not None:  # a stand-in with write/read by layer (the EAGLE-3 trainer's)
             ctx.cache.write(ctx.layer, ctx.slot_mapping.reshape(-1), k.flatten(0, 1), v.flatten(0, 1))
             k, v = ctx.cache.read(ctx.layer, c)
@@ -386,7 +392,7 @@ class LayerContext:
     """What one attention layer needs: the mask and this layer's cache, never a layer index
     that the compiled code would have to specialise on (see :func:`call_layer`)."""
 
-    mask: torch.Tensor  # [c, 1, T, S] bool (or a flex BlockMask)
+    mask: torch.Tensor | None  # [c, 1, T, S] bool (or a flex BlockMask); None: causal over this call's keys
     kv: tuple[torch.Tensor, torch.Tensor] | None = None  # this layer's K/V rows of our KVCache
     slots: torch.Tensor | None = None  # [c*T] flat cache rows, -1 sent to the trash row
     cache: object = None  # a stand-in cache with write/read by layer (the EAGLE-3 trainer's ChainKV)
@@ -402,7 +408,7 @@ class AttnContext:
 
     cache: KVCache | None
     slot_mapping: torch.Tensor | None  # [c, T]
-    mask: torch.Tensor  # [c, 1, T, S] bool
+    mask: torch.Tensor | None  # [c, 1, T, S] bool; None: causal over this call's own keys (see make_context)
     slots: torch.Tensor | None = None  # [c*T] flat cache slots, -1 sent to the trash row
     kv_len: torch.Tensor | None = None  # [c] int32, for the cache's decode_attention (see make_context)
 
@@ -432,7 +438,8 @@ def call_layer(layer: nn.Module, *args):
 
 
 def make_context(positions: torch.Tensor, cache: KVCache | None, slot_mapping: torch.Tensor | None,
-                 attn_mask: torch.Tensor | None = None, window: int | None = None) -> AttnContext:
+                 attn_mask: torch.Tensor | None = None, window: int | None = None,
+                 fresh: bool = False) -> AttnContext:
     """Build the shared attention context for ``positions`` [c, T].
 
     Without a cache the T tokens attend to each other by position (training, parity checks);
@@ -440,9 +447,19 @@ def make_context(positions: torch.Tensor, cache: KVCache | None, slot_mapping: t
     query at position p to the keys at p - window + 1 .. p (a drafter's ``sliding_window``,
     as in transformers and vLLM). ``attn_mask`` [c, 1, T, S] overrides the mask (the P-EAGLE
     training mask; ``window`` does not apply to it).
+
+    ``fresh`` (with our ``KVCache``, no window): every row's positions are 0..T-1 and its cache
+    block holds nothing before them, as in a prompt's first prefill chunk. The keys are then
+    the call's own, so attention runs causally over them (SDPA's fused flash kernel) instead of
+    over the whole cache block through a ``[c, 1, T, max_len]`` mask; the KV is written as always.
     """
     if attn_mask is not None:
         return AttnContext(cache, slot_mapping, attn_mask)
+    if fresh:
+        if not isinstance(cache, KVCache) or window is not None:
+            raise ValueError(f"fresh=True needs a KVCache and no window, got cache={type(cache).__name__}, "
+                             f"window={window}")
+        return AttnContext(cache, slot_mapping, None)
     if cache is None:
         return AttnContext(None, None, attention_mask(positions, positions, window=window))
     if slot_mapping is None:
@@ -526,7 +543,7 @@ class LlamaModel(nn.Module):
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, *, cache: KVCache | None = None,
                 slot_mapping: torch.Tensor | None = None, return_logits: bool = True,
                 return_taps: bool = True, logits_rows: torch.Tensor | None = None,
-                attn_mask=None, layer_fn=None) -> TargetOutput:
+                attn_mask=None, layer_fn=None, fresh: bool = False) -> TargetOutput:
         """Run ``input_ids`` [c, T] at ``positions`` [c, T].
 
         Args:
@@ -540,6 +557,8 @@ class LlamaModel(nn.Module):
                 [c, 1, T, T] or a flex ``BlockMask`` (training on packed rows of several sequences).
             layer_fn: runs each decoder layer as ``layer_fn(layer, x, delta, cos, sin, layer_context)``
                 (the engine passes a compiled :func:`call_layer`); None calls :func:`call_layer`.
+            fresh: with ``cache``, the rows are prompts from position 0 with nothing cached before
+                them: attention runs causally over the call's own keys (see :func:`make_context`).
 
         Returns:
             TargetOutput with float32 ``logits`` [c, T or m, V] and ``taps`` [c, T, 3H].
@@ -553,7 +572,7 @@ class LlamaModel(nn.Module):
         if slot_mapping is not None and slot_mapping.shape != input_ids.shape:
             raise ValueError(f"slot_mapping {tuple(slot_mapping.shape)} must match input_ids "
                              f"{tuple(input_ids.shape)}")
-        ctx = make_context(positions, cache, slot_mapping, attn_mask)
+        ctx = make_context(positions, cache, slot_mapping, attn_mask, fresh=fresh)
         cos, sin = self.rope(positions)
         x, delta = self.embed_tokens(input_ids), None
         taps_at = self.config.taps
