@@ -101,13 +101,14 @@ def test_fresh_prefill_matches_the_masked_cache_path_over_stale_rows():
         cache = model.allocate_cache(c, max_len)
         for t in (*cache.k, *cache.v):
             t.copy_(torch.randn(t.shape, generator=torch.Generator().manual_seed(9)))  # stale rows
-        runs[fresh] = model(ids, pos, cache=cache, slot_mapping=slots), cache
+        runs[fresh] = model(ids, pos, cache=cache, slot_mapping=slots, fresh=fresh), cache
     (masked, cache_m), (fresh, cache_f) = runs[False], runs[True]
-    torch.testing.assert_close(fresh.logits[ok], masked.logits[ok], rtol=1e-5, atol=1e-5)
-    torch.testing.assert_close(fresh.taps[ok], masked.taps[ok], rtol=1e-5, atol=1e-5)
+    # float32 sums in another order: ~1e-5 apart; a key seen that should not be is off by ~1e-1
+    torch.testing.assert_close(fresh.logits[ok], masked.logits[ok], rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(fresh.taps[ok], masked.taps[ok], rtol=1e-4, atol=1e-4)
     written = slots[ok]
     for a, b in zip((*cache_f.k, *cache_f.v), (*cache_m.k, *cache_m.v)):
-        torch.testing.assert_close(a[written], b[written], rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(a[written], b[written], rtol=1e-4, atol=1e-4)
         assert not torch.equal(a[written], torch.randn(a.shape, generator=torch.Generator().manual_seed(9))[written])
     with pytest.raises(ValueError, match="fresh=True needs a KVCache"):
         model(ids, pos, fresh=True)
