@@ -185,13 +185,19 @@ def compiled(fn):
     (``dynamic=True``), so one compilation serves every c, T and cache size; dynamo still
     specialises sizes 0 and 1, so each layer kind compiles about four times (c = 1 or more,
     T = 1 or more), each reused by every later engine and shape.
+
+    Inductor's ``combo_kernels`` launches independent small kernels of a layer as one (on the
+    H200 the q and k rope and the K/V cache writes): a SmolLM2 plain decode step at c = 1 went
+    from 1.096 to 1.026 ms with it, a P-EAGLE K = 7 step from 1.346 to 1.278 ms
+    (``docs/results/h200/verify_profile/combo_kernels.json``). The CPU backend has no combo kernels
+    and ignores the option.
     """
     import torch._dynamo
 
     for name in ("recompile_limit", "cache_size_limit"):  # the 0/1 specialisations of c, T, rows
         if hasattr(torch._dynamo.config, name):
             setattr(torch._dynamo.config, name, max(getattr(torch._dynamo.config, name), 64))
-    return torch.compile(fn, fullgraph=True, dynamic=True)
+    return torch.compile(fn, fullgraph=True, dynamic=True, options={"combo_kernels": True})
 
 
 def decode_attention_fn(choice: str, device: torch.device):
@@ -282,10 +288,12 @@ class SpecDecoder:
             fuse_projections(drafter)
         self.use_graphs = config.cuda_graphs and self.device.type == "cuda"
         self.compiled = config.compile == "on" or (config.compile == "auto" and self.device.type == "cuda")
-        # Decode steps run each decoder layer compiled; prefill, whose width changes with every
-        # batch, stays eager: compiled with symbolic widths it measured slower on the H200 (K sweep
-        # at 087f672, c = 1: 25-40 ms a request against 18-25 ms eager at f2401ec).
+        # Decode steps run each decoder layer compiled, and so does the prefill while
+        # ``compile_prefill`` is True (the default with compile): its first chunk attends through
+        # SDPA's causal kernel, so what a compiled layer fuses is the norms, rope and MLP
+        # elementwise work (on the H200, random SmolLM2 weights: ``scripts/gpu/prefill_batch_gpu.py``).
         self._layer_fn = compiled(call_layer) if self.compiled else None
+        self.compile_prefill = self.compiled
         self.decode_attention = decode_attention_fn(config.decode_attention, self.device)
         self._graphs = CudaGraphs()
         self._prefill_graphs = CudaGraphs()  # SpecConfig.prefill_graphs: one per padded prompt shape
@@ -395,15 +403,17 @@ class SpecDecoder:
         shorter rows already end) and True; else at the prompts' own width and False.
         """
         c, T = ids.shape
+        layer_fn = self._layer_fn if self.compile_prefill else None
         tb = padded_prefill_width(T, max_len)
         padded = self.use_graphs if self.config.prefill_graphs == "auto" else self.config.prefill_graphs
         if not padded or c * tb > min(PREFILL_GRAPH_TOKENS, step.PREFILL_CHUNK_TOKENS):
-            return step.prefill(self.target, ids, pos, lens, cache, max_len, taps=taps), ids, pos, False
+            return step.prefill(self.target, ids, pos, lens, cache, max_len, taps=taps,
+                                layer_fn=layer_fn), ids, pos, False
         ids = torch.nn.functional.pad(ids, (0, tb - T))
 
         def fn(ids, lens):  # positions made inside, so a captured graph owns them
             pos = torch.arange(ids.shape[1], device=ids.device).expand_as(ids)
-            out = step.prefill(self.target, ids, pos, lens, cache, max_len, taps=taps)
+            out = step.prefill(self.target, ids, pos, lens, cache, max_len, taps=taps, layer_fn=layer_fn)
             return out.logits, out.taps  # the graph keeps what it returns: not the hidden states
 
         if self.use_graphs:

@@ -64,7 +64,7 @@ PREFILL_CHUNK_TOKENS = 32768
 
 def prefill(target: LlamaModel, ids: torch.Tensor, positions: torch.Tensor, lengths: torch.Tensor,
             cache: KVCache, max_len: int, *, taps: bool = True,
-            chunk_tokens: int = PREFILL_CHUNK_TOKENS) -> TargetOutput:
+            chunk_tokens: int = PREFILL_CHUNK_TOKENS, layer_fn=None) -> TargetOutput:
     """The target over the padded prompts, writing their KV; logits at each prompt's last token.
 
     The prompts start at position 0 (``positions`` as :func:`pad_prompts` makes them) in cache
@@ -72,7 +72,8 @@ def prefill(target: LlamaModel, ids: torch.Tensor, positions: torch.Tensor, leng
     (one fused kernel, ``LlamaModel.forward(fresh=True)``) rather than over each whole cache block
     through a mask. Prompts wider than ``chunk_tokens // c`` run in chunks of that width, one after
     another through the KV cache (as a serving engine's chunked prefill does); the later chunks
-    read the earlier ones' keys from the cache.
+    read the earlier ones' keys from the cache. ``layer_fn`` runs each decoder layer (as in
+    :func:`target_step`; the engine passes its compiled one).
 
     Returns:
         ``TargetOutput`` with ``logits`` [c, 1, V] and, when ``taps``, the taps [c, T, 3H].
@@ -82,12 +83,12 @@ def prefill(target: LlamaModel, ids: torch.Tensor, positions: torch.Tensor, leng
     width = max(1, chunk_tokens // c)
     if T <= width:
         return target(ids, positions, cache=cache, slot_mapping=slots, return_taps=taps,
-                      logits_rows=(lengths - 1)[:, None], fresh=True)
+                      logits_rows=(lengths - 1)[:, None], fresh=True, layer_fn=layer_fn)
     hidden, tap_parts = [], []
     for a in range(0, T, width):
         part = slice(a, a + width)
         out = target(ids[:, part], positions[:, part], cache=cache, slot_mapping=slots[:, part],
-                     return_logits=False, return_taps=taps, fresh=a == 0)
+                     return_logits=False, return_taps=taps, fresh=a == 0, layer_fn=layer_fn)
         hidden.append(out.hidden)
         tap_parts.append(out.taps)
     x = torch.cat(hidden, 1)

@@ -290,7 +290,7 @@ class StreamDecoder:
         def fn(ids, lens, keys, dest):
             pos = torch.arange(ids.shape[1], device=dev).expand_as(ids)
             dst = cache if direct else self._view(self._scratch, ids.shape[0], cache.max_len)
-            out = step.prefill(self.target, ids, pos, lens, dst, cache.max_len, taps=False)
+            out = step.prefill(self.target, ids, pos, lens, dst, cache.max_len, taps=False, layer_fn=self._layer_fn)
             if not direct:  # the main cache as c + 1 blocks of this bucket's length, the last one spare;
                 # only the prefill's positions (< tb): a reused row's later keys are never read before rewritten
                 copy_kv_blocks(dst, self._view(self._cache, self.c + 1, cache.max_len), dest, tb)

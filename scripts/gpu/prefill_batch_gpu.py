@@ -7,7 +7,8 @@ the workloads' (chat 39–84 tokens, code 95–333, the 64-prompt sets' ranges) 
 random bf16 target, warm (each shape run once before it is timed), as the median of ``--repeats``
 calls. It names the attention kernels one call launched (``torch.profiler``) and whether the call
 replayed a CUDA graph (c × padded width within ``PREFILL_GRAPH_TOKENS``; ``--graph-tokens`` overrides
-that cap for an A/B). Run an older tree's copy through ``PYTHONPATH`` to compare, in one job.
+that cap for an A/B); ``--eager-layers`` runs the layers uncompiled. Run an older tree's copy through
+``PYTHONPATH`` to compare, in one job.
 
 Usage: python scripts/gpu/prefill_batch_gpu.py [--cases chat:1 chat:64 code:8 code:64] [--out FILE.json]
 """
@@ -59,6 +60,8 @@ def main(argv=None) -> int:
                     default=[parse_case(c) for c in ("chat:1", "chat:64", "code:1", "code:8", "code:64")])
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--graph-tokens", type=int, help="override PREFILL_GRAPH_TOKENS (the graphed-prefill cap)")
+    ap.add_argument("--eager-layers", action="store_true",
+                    help="run the prefill's layers uncompiled (SpecDecoder.compile_prefill = False)")
     ap.add_argument("--label", default="", help="a name for this tree in the JSON (e.g. a commit)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out")
@@ -74,6 +77,8 @@ def main(argv=None) -> int:
     cap = min(engine_module.PREFILL_GRAPH_TOKENS, engine_module.step.PREFILL_CHUNK_TOKENS)
     target = random_smollm2()
     engine = SpecDecoder(target, None, SpecConfig(method="baseline", max_new_tokens=1))
+    if args.eager_layers:
+        engine.compile_prefill = False  # an older tree without the attribute prefills eagerly anyway
     rng = random.Random(args.seed)
     vocab = target.config.vocab_size
     engine.reserve(max(c for _, c in args.cases), max(hi for _, hi in LENGTHS.values()) + 64)
@@ -95,6 +100,7 @@ def main(argv=None) -> int:
               f"median {row['median_ms']:7.2f} ms, min {row['min_ms']:7.2f}", flush=True)
     doc = {**run_info("python scripts/gpu/prefill_batch_gpu.py " + shlex.join(argv or sys.argv[1:])),
            "label": args.label, "graph_tokens": cap,
+           "compiled_layers": bool(getattr(engine, "compile_prefill", False)),
            "target": "SmolLM2-135M shape, random weights, bf16", "results": rows}
     if args.out:
         with open(args.out, "w") as f:
