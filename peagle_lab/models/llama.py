@@ -222,8 +222,8 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask, decode=None,
     ``mask`` is a boolean ``[c, 1, T, S]`` (True = may attend), a flex-attention
     ``BlockMask`` (training on a GPU: the block-sparse masks of ``peagle_lab.train.mask``,
     where whole blocks that no query may see are skipped), or None: query t sees keys 0..t of
-    this call (S == T; a fresh prompt's prefill), one fused causal kernel with no mask to read. ``decode`` (a cache's
-    ``decode_attention``) takes the decode-shaped calls, T <= PREFILL_QUERIES with a boolean mask,
+    this call (S == T; a fresh prompt's prefill), one fused causal kernel with no mask to read.
+    ``decode`` (a cache's ``decode_attention``) takes the decode-shaped calls, T <= PREFILL_QUERIES with a boolean mask,
     with ``kv_len`` [c] (keys at or past ``kv_len[b]`` are hidden; the kernel does not read them).
     """
     from torch.nn.attention.flex_attention import BlockMask

@@ -51,7 +51,8 @@ def attention_kernels(engine: SpecDecoder, prompts: list[list[int]]) -> list[str
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
         timed(engine, prompts)
     names = {e.key for e in prof.key_averages()}
-    return sorted(n[:120] for n in names if any(w in n.lower() for w in ("attention", "fmha", "cudnn", "flash", "sdpa")))
+    words = ("attention", "fmha", "cudnn", "flash", "sdpa")
+    return sorted(n[:120] for n in names if any(w in n.lower() for w in words))
 
 
 def main(argv=None) -> int:
