@@ -39,13 +39,14 @@ class SpecConfig:
     cuda_graphs: bool = True  # capture target and drafter forwards per shape on CUDA
     # the target's prefill at widths padded to a multiple of 64, replayed as one CUDA graph per
     # shape: "auto" where CUDA graphs run (on CUDA with cuda_graphs), True also pads elsewhere
-    # (lossless; for tests), False keeps every prefill eager
+    # (lossless; for tests), False launches every prefill without a graph at the prompts' own width
     prefill_graphs: bool | str = "auto"
     # the first draft after a padded prefill at the prompts' padded width, one CUDA graph per shape
     # like the prefill (only where the prefill was padded; on the H200 it cut a c = 1 request's
     # prefill from ~6 to ~3.7 ms, +3-4 % tokens/s); False drafts it eagerly at the prompts' own width
     first_draft_graphs: bool = True
-    # torch.compile the decode-step forwards (target and drafter): "auto" (on CUDA), "on" or "off"
+    # torch.compile the decode-step forwards (target and drafter) and the target's prefill layers:
+    # "auto" (on CUDA), "on" or "off"
     compile: str = "auto"
     # attention of the decode steps (T <= 17 queries a request) over the KV caches: "triton" (the
     # split-KV kernel of peagle_lab.kernels.decode_attention for every decode shape; on a CPU in

@@ -76,7 +76,7 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prefill-graphs", action="store_const", const=True, default=None,
                    help="prefill at padded widths, a CUDA graph per shape (default on CUDA; on a CPU: pad only)")
     p.add_argument("--eager-prefill", action="store_true",
-                   help="prefill eagerly at the prompts' own width (SpecConfig.prefill_graphs=False)")
+                   help="prefill without CUDA graphs at the prompts' own width (SpecConfig.prefill_graphs=False)")
     first = p.add_mutually_exclusive_group()
     first.add_argument("--first-draft-graphs", action="store_const", const=True, default=None,
                        help="the first draft after a graphed prefill as one CUDA graph per padded shape (default)")
