@@ -22,8 +22,8 @@ def decode_attention_script():
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without CUDA")
-@pytest.mark.parametrize("script", ["prefill_cold_gpu.py", "decode_attention_gpu.py", "verify_profile_gpu.py",
-                                    "admission_profile_gpu.py"])
+@pytest.mark.parametrize("script", ["prefill_cold_gpu.py", "prefill_batch_gpu.py", "decode_attention_gpu.py",
+                                    "verify_profile_gpu.py", "admission_profile_gpu.py"])
 def test_a_gpu_script_refuses_without_cuda(script):
     run = subprocess.run([sys.executable, f"scripts/gpu/{script}"], cwd=REPO, capture_output=True, text=True,
                          timeout=120, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})

@@ -15,18 +15,16 @@ Usage: python scripts/gpu/prefill_batch_gpu.py [--cases chat:1 chat:64 code:8 co
 from __future__ import annotations
 
 import argparse
-import json
 import random
-import shlex
 import statistics
 import sys
 
 import torch
+from prefill_cold_gpu import attention_kernels, timed_prefill as timed, write_doc  # beside this script
 
 from peagle_lab import engine as engine_module
 from peagle_lab.config import SpecConfig
 from peagle_lab.engine import SpecDecoder, padded_prefill_width
-from peagle_lab.provenance import run_info
 from peagle_lab.testing import random_smollm2
 
 LENGTHS = {"chat": (39, 84), "code": (95, 333)}  # min and max prompt tokens of the 64-prompt sets
@@ -39,20 +37,6 @@ def parse_case(text: str) -> tuple[str, int]:
         raise argparse.ArgumentTypeError(f"case {text!r}: expected WORKLOAD:C with WORKLOAD in "
                                          f"{sorted(LENGTHS)} and C a positive integer")
     return name, int(c)
-
-
-def timed(engine: SpecDecoder, prompts: list[list[int]]) -> float:
-    """Milliseconds of one ``generate`` call's prefill (the engine's own timer)."""
-    torch.cuda.synchronize()
-    return 1e3 * engine.generate(prompts, max_new_tokens=1, eos_token_ids=()).metrics.prefill_s
-
-
-def attention_kernels(engine: SpecDecoder, prompts: list[list[int]]) -> list[str]:
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        timed(engine, prompts)
-    names = {e.key for e in prof.key_averages()}
-    words = ("attention", "fmha", "cudnn", "flash", "sdpa")
-    return sorted(n[:120] for n in names if any(w in n.lower() for w in words))
 
 
 def main(argv=None) -> int:
@@ -99,13 +83,9 @@ def main(argv=None) -> int:
         rows.append(row)
         print(f"{args.label:>10} {name} c={c:3d}: {tokens:6d} tokens (width {width}, graphed {row['graphed']}): "
               f"median {row['median_ms']:7.2f} ms, min {row['min_ms']:7.2f}", flush=True)
-    doc = {**run_info("python scripts/gpu/prefill_batch_gpu.py " + shlex.join(argv or sys.argv[1:])),
-           "label": args.label, "graph_tokens": cap,
-           "compiled_layers": bool(getattr(engine, "compile_prefill", False)),
-           "target": "SmolLM2-135M shape, random weights, bf16", "results": rows}
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump(doc, f, indent=2)
+    write_doc("prefill_batch_gpu.py", argv, {"label": args.label, "graph_tokens": cap, "results": rows,
+                                            "compiled_layers": bool(getattr(engine, "compile_prefill", False))},
+              args.out)
     return 0
 
 

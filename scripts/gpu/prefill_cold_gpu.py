@@ -36,18 +36,27 @@ from peagle_lab.testing import random_smollm2
 NO_CUDNN = [SDPBackend.EFFICIENT_ATTENTION, SDPBackend.FLASH_ATTENTION, SDPBackend.MATH]
 
 
-def timed_prefill(engine: SpecDecoder, prompt: list[int]) -> float:
-    """Milliseconds of one ``generate`` call's prefill (the engine's own timer)."""
+def timed_prefill(engine: SpecDecoder, prompts: list[list[int]]) -> float:
+    """Milliseconds of one ``generate`` call's prefill of ``prompts`` (the engine's own timer)."""
     torch.cuda.synchronize()
-    return 1e3 * engine.generate([prompt], max_new_tokens=1, eos_token_ids=()).metrics.prefill_s
+    return 1e3 * engine.generate(prompts, max_new_tokens=1, eos_token_ids=()).metrics.prefill_s
 
 
-def attention_kernels(engine: SpecDecoder, prompt: list[int]) -> list[str]:
-    """Names of the attention kernels one prefill launches (its first call at this width)."""
+def attention_kernels(engine: SpecDecoder, prompts: list[list[int]]) -> list[str]:
+    """Names of the attention kernels one prefill of ``prompts`` launches."""
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        timed_prefill(engine, prompt)
+        timed_prefill(engine, prompts)
     names = {e.key for e in prof.key_averages()}
     return sorted(n for n in names if any(w in n.lower() for w in ("attention", "fmha", "cudnn", "flash", "sdpa")))
+
+
+def write_doc(script: str, argv, fields: dict, out: str | None) -> None:
+    """The JSON of a run of ``script`` (device, versions, command, commit, then ``fields``) into ``out``."""
+    doc = {**run_info(f"python scripts/gpu/{script} " + shlex.join(argv or sys.argv[1:])),
+           "target": "SmolLM2-135M shape, random weights, bf16", **fields}
+    if out:
+        with open(out, "w") as f:
+            json.dump(doc, f, indent=2)
 
 
 def run(mode: str, widths: list[int], seed: int) -> dict:
@@ -59,14 +68,14 @@ def run(mode: str, widths: list[int], seed: int) -> dict:
     ctx = sdpa_kernel(NO_CUDNN) if mode == "no-cudnn" else contextlib.nullcontext()
     with ctx:
         engine.reserve(1, max(widths) + 64)
-        timed_prefill(engine, [rng.randrange(vocab) for _ in range(7)])  # the process's first CUDA work
-        kernels = attention_kernels(engine, [rng.randrange(vocab) for _ in range(widths[0] - 1)])
+        timed_prefill(engine, [[rng.randrange(vocab) for _ in range(7)]])  # the process's first CUDA work
+        kernels = attention_kernels(engine, [[rng.randrange(vocab) for _ in range(widths[0] - 1)]])
         rows = []
         for w in widths:
             prompt = [rng.randrange(vocab) for _ in range(w)]
             t0 = time.perf_counter()
-            cold = timed_prefill(engine, prompt)
-            warm = timed_prefill(engine, prompt)
+            cold = timed_prefill(engine, [prompt])
+            warm = timed_prefill(engine, [prompt])
             rows.append({"width": w, "cold_ms": cold, "warm_ms": warm, "wall_s": time.perf_counter() - t0})
             print(f"{mode:>14} width {w:4d}: cold {cold:7.1f} ms, warm {warm:6.1f} ms", flush=True)
     return {"mode": mode, "attention_kernels": kernels, "rows": rows}
@@ -89,11 +98,7 @@ def main(argv=None) -> int:
     # each mode gets widths of its own (shifted by its index): a per-shape cache that one mode filled
     # (cuDNN's plans are kept per process) must not make the next mode's cold calls warm
     results = [run(m, [w + i for w in args.widths], args.seed) for i, m in enumerate(args.modes)]
-    doc = {**run_info("python scripts/gpu/prefill_cold_gpu.py " + shlex.join(argv or sys.argv[1:])),
-           "target": "SmolLM2-135M shape, random weights, bf16", "results": results}
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump(doc, f, indent=2)
+    write_doc("prefill_cold_gpu.py", argv, {"results": results}, args.out)
     return 0
 
 
