@@ -99,8 +99,9 @@ def test_fresh_prefill_matches_the_masked_cache_path_over_stale_rows():
     runs = {}
     for fresh in (False, True):
         cache = model.allocate_cache(c, max_len)
+        stale = torch.randn(cache.k[0].shape, generator=torch.Generator().manual_seed(9))  # an earlier request's
         for t in (*cache.k, *cache.v):
-            t.copy_(torch.randn(t.shape, generator=torch.Generator().manual_seed(9)))  # stale rows
+            t.copy_(stale)
         runs[fresh] = model(ids, pos, cache=cache, slot_mapping=slots, fresh=fresh), cache
     (masked, cache_m), (fresh, cache_f) = runs[False], runs[True]
     # float32 sums in another order: ~1e-5 apart; a key seen that should not be is off by ~1e-1
@@ -109,7 +110,7 @@ def test_fresh_prefill_matches_the_masked_cache_path_over_stale_rows():
     written = slots[ok]
     for a, b in zip((*cache_f.k, *cache_f.v), (*cache_m.k, *cache_m.v)):
         torch.testing.assert_close(a[written], b[written], rtol=1e-4, atol=1e-4)
-        assert not torch.equal(a[written], torch.randn(a.shape, generator=torch.Generator().manual_seed(9))[written])
+        assert not torch.equal(a[written], stale[written])  # the prefill's own KV replaced the stale rows
     with pytest.raises(ValueError, match="fresh=True needs a KVCache"):
         model(ids, pos, fresh=True)
 
