@@ -176,6 +176,9 @@ def padded_prefill_width(width: int, max_len: int) -> int:
     return min(-(-width // PREFILL_ALIGN) * PREFILL_ALIGN, max_len)
 
 
+COMBO_KERNELS = True  # inductor's combo_kernels in compiled(); read at the first compile of a process
+
+
 @functools.cache
 def compiled(fn):
     """``fn`` under ``torch.compile`` with symbolic sizes, once per process for every engine.
@@ -190,14 +193,15 @@ def compiled(fn):
     H200 the q and k rope and the K/V cache writes): a SmolLM2 plain decode step at c = 1 went
     from 1.096 to 1.026 ms with it, a P-EAGLE K = 7 step from 1.346 to 1.278 ms
     (``docs/results/h200/verify_profile/combo_kernels.json``). The CPU tests compile with it on
-    (inductor's C++ backend), and the outputs stay exact.
+    (inductor's C++ backend), and the outputs stay exact. ``COMBO_KERNELS = False`` before the
+    first engine turns it off (``scripts/gpu/verify_profile_gpu.py --no-combo-kernels``).
     """
     import torch._dynamo
 
     for name in ("recompile_limit", "cache_size_limit"):  # the 0/1 specialisations of c, T, rows
         if hasattr(torch._dynamo.config, name):
             setattr(torch._dynamo.config, name, max(getattr(torch._dynamo.config, name), 64))
-    return torch.compile(fn, fullgraph=True, dynamic=True, options={"combo_kernels": True})
+    return torch.compile(fn, fullgraph=True, dynamic=True, options={"combo_kernels": COMBO_KERNELS})
 
 
 def decode_attention_fn(choice: str, device: torch.device):
@@ -426,23 +430,41 @@ class SpecDecoder:
             return step.TargetOutput(logits, tap, None), ids, torch.arange(tb, device=ids.device).expand(c, tb), True
         return step.TargetOutput(logits, tap[:, :T] if taps else None, None), ids[:, :T], pos, False
 
-    def _drafter_forward(self, cache, ids, hidden, pos, slots, rows):
+    def _drafter_forward(self, cache, ids, hidden, pos, slots, rows, tag: str = "batch"):
         if not self.use_graphs:
             return run_drafter(self.drafter, cache, ids, hidden, pos, slots, rows, self._layer_fn)
 
         def fn(ids, hidden, pos, slots, *rows):
             return run_drafter(self.drafter, cache, ids, hidden, pos, slots, rows[0] if rows else None, self._layer_fn)
         extra = (rows,) if rows is not None else ()
-        key = ("drafter", tuple(ids.shape), None if rows is None else tuple(rows.shape))
+        key = ("drafter", tag, tuple(ids.shape), None if rows is None else tuple(rows.shape))
         return self._graphs.run(key, fn, ids, hidden, pos, slots, *extra)
+
+    def _first_draft_forward(self, tag: str):
+        """The drafter's forward for a first draft that is not one graph (a prefill over the graph cap).
+
+        Its first pass spans the prompts and runs each layer compiled, as the prefill does
+        (``compile_prefill``); EAGLE-3's later passes, one token a row, replay a graph each on
+        CUDA, as a decode step's do. Until 2026-12-03 all of them ran eagerly, so at c = 64 on the
+        code prompts EAGLE-3's first draft took K eager passes after every batch prefill.
+        """
+        layer_fn = self._layer_fn if self.compile_prefill else None
+
+        def forward(cache, ids, hidden, pos, slots, rows):
+            if self.use_graphs and ids.shape[1] == 1 and rows is None:
+                return self._drafter_forward(cache, ids, hidden, pos, slots, None, tag)
+            return run_drafter(self.drafter, cache, ids, hidden, pos, slots, rows, layer_fn)
+        return forward
 
     def _draft(self, cache, taps, ids, pos, n, bonus, max_len, gen, timer: "Timer | None" = None,
                graph_first: bool = False, tag: str = "batch"):
         """``step.prepare_draft`` (timed as "prep") then ``step.draft``; returns (result, marks).
 
         On CUDA at temperature 0, decode steps replay two graphs (prep, then every drafter
-        pass with its argmax), so both methods pay no per-kernel launch cost; the prefill
-        step, whose width changes with the prompts, runs eagerly.
+        pass with its argmax), so both methods pay no per-kernel launch cost. A first draft after a
+        padded prefill is graphed the same way (``graph_first``); one after a prefill over the graph
+        cap runs its first pass with compiled layers and EAGLE-3's later passes as graphs
+        (``_first_draft_forward``).
         """
         cfg = self.config
 
@@ -462,7 +484,7 @@ class SpecDecoder:
             m0 = timer.mark() if timer else None
             batch = prep(taps, ids, pos, n, bonus)
             m1 = timer.mark() if timer else None
-            res = draft(batch, self._drafter_forward if decode else None)
+            res = draft(batch, self._drafter_forward if decode else self._first_draft_forward(tag))
             marks = (m0, m1, timer.mark() if timer else None)
         if self.on_draft is not None:
             self.on_draft(res)

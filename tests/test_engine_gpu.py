@@ -62,6 +62,26 @@ def test_graphed_first_draft_is_lossless_and_drafts_as_the_eager_one(method):
         [("first-draft", "batch", (len(PROMPTS), 64))]
 
 
+@pytest.mark.parametrize("method", ["eagle3", "peagle"])
+def test_unpadded_first_draft_replays_eagle3s_later_passes_and_drafts_as_the_eager_one(method):
+    # A prefill that is not graphed (over the graph cap; here prefill_graphs=False) leaves the first draft
+    # out of the one-graph path: its first pass runs at the prompts' width, EAGLE-3's later passes (one
+    # token a row) replay graphs keyed by the cache's tag. It must draft what an engine without graphs drafts.
+    t = cuda_target()
+    d = tiny_drafter(t, method, seed=5)
+    runs = {}
+    for graphed in (True, False):
+        engine = SpecDecoder(t, d, SpecConfig(method=method, num_speculative_tokens=4, max_new_tokens=32,
+                                              prefill_graphs=False, cuda_graphs=graphed))
+        first = []
+        engine.on_draft = lambda res, first=first: first.append(res.tokens.clone()) if not first else None
+        runs[graphed] = (engine.generate(PROMPTS).tokens, first[0], engine)
+    assert runs[True][0] == decode(t, None, "baseline").tokens
+    assert torch.equal(runs[True][1], runs[False][1])
+    later = [k for k in runs[True][2]._graphs.graphs if k[0] == "drafter"]
+    assert later == ([("drafter", "batch", (len(PROMPTS), 1), None)] if method == "eagle3" else [])
+
+
 @pytest.mark.parametrize("method", ["baseline", "eagle3", "peagle"])
 def test_graphed_prefill_is_lossless_and_captured_once_per_shape(method):
     # Padding changes the prefill's kernels on CUDA (short prompts leave the enable_gqa path), so a near-tie

@@ -14,7 +14,10 @@ each (method, c, prompt length):
 ``--cases method,K,c,prompt_len ...`` replaces the built-in list (e.g. P-EAGLE at K = 4 and K = 5 to
 see which kernels grow when the verify batch goes from 5 to 6 rows a request).
 
+``--no-combo-kernels`` compiles without inductor's ``combo_kernels``, for an A/B in one job.
+
 Usage: python scripts/gpu/verify_profile_gpu.py [--out FILE.json] [--top 12] [--cases peagle,4,1,400 ...]
+       [--no-combo-kernels]
 """
 from __future__ import annotations
 
@@ -27,6 +30,7 @@ import sys
 import torch
 
 from peagle_lab.config import SpecConfig
+from peagle_lab import engine as engine_module
 from peagle_lab.engine import SpecDecoder
 from peagle_lab.provenance import run_info
 from peagle_lab.testing import random_smollm2, tiny_drafter
@@ -106,7 +110,11 @@ def main(argv=None) -> int:
     ap.add_argument("--out")
     ap.add_argument("--cases", nargs="+", type=parse_case, default=CASES, metavar="method,K,c,prompt_len",
                     help="the (method, K, c, prompt length) cases to run instead of the built-in eight")
+    ap.add_argument("--no-combo-kernels", action="store_true",
+                    help="compile without inductor's combo_kernels (the engine's default is on), for an A/B")
     args = ap.parse_args(argv)
+    if args.no_combo_kernels:
+        engine_module.COMBO_KERNELS = False  # before the first engine compiles its layer
     if not torch.cuda.is_available():
         print("verify_profile_gpu.py: needs CUDA", file=sys.stderr)
         return 2
@@ -116,7 +124,8 @@ def main(argv=None) -> int:
                 "eagle3": tiny_drafter(target, "eagle3", num_hidden_layers=1, draft_vocab_size=32768)}
     doc = {**run_info("python scripts/gpu/verify_profile_gpu.py " + shlex.join(argv or sys.argv[1:])),
            "target": "SmolLM2-135M shape, random weights, bf16; drafters: random 4-layer P-EAGLE and "
-                     "1-layer EAGLE-3, 32k draft vocabulary", "cases": []}
+                     "1-layer EAGLE-3, 32k draft vocabulary", "combo_kernels": engine_module.COMBO_KERNELS,
+           "cases": []}
     for case in args.cases:
         doc["cases"].append(run_case(target, drafters.get(case[0]), *case, args.new_tokens, args.top))
         if args.out:  # what ran survives a cut-short run
