@@ -836,6 +836,11 @@ def copy_kv_blocks(src, dst, dest: torch.Tensor, length: int | None = None) -> N
     n = L if length is None else min(length, L)
     if n < 1:
         raise ValueError(f"length={length!r}: expected at least one position to copy")
+    if src.kv is not None and dst.kv is not None and dst.max_len == L:  # every layer's K and V in one copy
+        tail = src.kv.shape[2:]
+        blocks = dst.kv[:, : dst.max_batch * L].view(dst.kv.shape[0], dst.max_batch, L, *tail)[:, :, :n]
+        blocks.index_copy_(1, dest, src.kv[:, : src.max_batch * L].view(src.kv.shape[0], src.max_batch, L, *tail)[:, :, :n])
+        return
     for main, part in zip((*dst.k, *dst.v), (*src.k, *src.v)):
         blocks = main[: dst.max_batch * L].view(dst.max_batch, L, *main.shape[1:])[:, :n]
         blocks.index_copy_(0, dest, part[: src.max_batch * L].view(src.max_batch, L, *main.shape[1:])[:, :n])

@@ -228,7 +228,8 @@ class StreamDecoder:
     def _view(cache: KVCache, rows: int, max_len: int) -> KVCache:
         """``cache``'s storage laid out as ``rows`` blocks of ``max_len`` (a shorter bucket's block)."""
         n = rows * max_len + 1  # the last row is the trash row
-        return KVCache([t[:n] for t in cache.k], [t[:n] for t in cache.v], rows, max_len)
+        kv = None if cache.kv is None else cache.kv[:, :n]
+        return KVCache([t[:n] for t in cache.k], [t[:n] for t in cache.v], rows, max_len, kv=kv)
 
     # ------------------------------------------------------------------ the step
     def _pick(self, logits: torch.Tensor, keys: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:

@@ -184,3 +184,24 @@ def test_copy_kv_blocks_copies_a_prefix_of_each_block_when_asked():
     assert torch.equal(dst.k[0][8:16], src.k[0][:8])
     with pytest.raises(ValueError, match="length=0"):
         copy_kv_blocks(src, dst, torch.tensor([1, 0]), 0)
+
+
+def test_copy_kv_blocks_is_one_copy_of_the_stacked_tensor_and_matches_the_per_layer_copy():
+    import torch
+
+    from peagle_lab.engine import copy_kv_blocks
+    from peagle_lab.models.llama import KVCache
+
+    src = KVCache.allocate(3, 2, 8, 2, 4, torch.float32, "cpu")
+    assert src.kv is not None and all(t.data_ptr() == src.kv[i].data_ptr() for i, t in enumerate((*src.k, *src.v)))
+    src.kv.copy_(torch.randn(src.kv.shape))
+    dests = [KVCache.allocate(3, 3, 8, 2, 4, torch.float32, "cpu") for _ in range(2)]
+    dests[1] = KVCache([t.clone() for t in dests[1].k], [t.clone() for t in dests[1].v], 3, 8)  # separate tensors
+    for d in dests:
+        for t in (*d.k, *d.v):
+            t.fill_(-1.0)
+        copy_kv_blocks(src, d, torch.tensor([2, 0]), 5)
+    assert dests[1].kv is None
+    for a, b in zip((*dests[0].k, *dests[0].v), (*dests[1].k, *dests[1].v)):
+        assert torch.equal(a, b)
+    assert torch.equal(dests[0].v[2][16:21], src.v[2][:5]) and dests[0].v[2][21:24].eq(-1).all()

@@ -137,6 +137,10 @@ class KVCache:
     ``k[l]``/``v[l]`` are ``[max_batch * max_len + 1, n_kv, hd]``: the extra last row is a
     trash slot that ``slot_mapping == -1`` writes are redirected to, which keeps writes
     free of host synchronisation (and so CUDA-graph friendly).
+
+    :meth:`allocate` makes them views of one tensor, ``kv`` ``[2 * layers, rows, n_kv, hd]``
+    (``k[l]`` is ``kv[l]``, ``v[l]`` is ``kv[layers + l]``), so that copying blocks between caches
+    (``peagle_lab.engine.copy_kv_blocks``) is one kernel for every layer, not one per tensor.
     """
 
     k: list[torch.Tensor]
@@ -147,16 +151,18 @@ class KVCache:
     # ``fn(q, k, v, mask, kv_len)`` (see :func:`attend`); None: SDPA. The engine sets it from
     # SpecConfig.decode_attention (the split-KV Triton kernel of peagle_lab.kernels.decode_attention).
     decode_attention: object = None
+    kv: torch.Tensor | None = None  # the one tensor k and v are views of (allocate); None: separate tensors
 
     @classmethod
     def allocate(cls, num_layers: int, max_batch: int, max_len: int, num_kv_heads: int,
                  head_dim: int, dtype: torch.dtype, device: torch.device | str) -> "KVCache":
         if max_batch < 1 or max_len < 1:
             raise ValueError(f"max_batch={max_batch} and max_len={max_len} must be >= 1")
-        shape = (max_batch * max_len + 1, num_kv_heads, head_dim)
-        k = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
-        v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
-        return cls(k, v, max_batch, max_len)
+        kv = torch.zeros((2 * num_layers, max_batch * max_len + 1, num_kv_heads, head_dim), dtype=dtype,
+                         device=device)
+        # one select view per tensor (unbind's multi-output views may not be written in grad mode)
+        return cls([kv[i] for i in range(num_layers)], [kv[num_layers + i] for i in range(num_layers)],
+                   max_batch, max_len, kv=kv)
 
     @property
     def trash_slot(self) -> int:
@@ -181,9 +187,13 @@ class KVCache:
 
 def write_kv(k_cache: torch.Tensor, v_cache: torch.Tensor, slots: torch.Tensor, k: torch.Tensor,
              v: torch.Tensor) -> None:
-    """One layer's cache write: ``k``/``v`` [N, n_kv, hd] into rows ``slots`` [N] (no ``-1``)."""
-    k_cache.index_copy_(0, slots, k.to(k_cache.dtype))
-    v_cache.index_copy_(0, slots, v.to(v_cache.dtype))
+    """One layer's cache write: ``k``/``v`` [N, n_kv, hd] into rows ``slots`` [N] (no ``-1``).
+
+    The cache holds values, not autograd history: a forward run with grad enabled writes detached
+    keys (the caches' tensors are views of one, which autograd may not write in place).
+    """
+    k_cache.index_copy_(0, slots, k.detach().to(k_cache.dtype))
+    v_cache.index_copy_(0, slots, v.detach().to(v_cache.dtype))
 
 
 def read_kv(k_cache: torch.Tensor, v_cache: torch.Tensor, c: int, max_len: int) -> tuple[torch.Tensor, torch.Tensor]:
