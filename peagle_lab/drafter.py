@@ -150,7 +150,7 @@ class Drafter(nn.Module):
     def forward(self, input_ids: torch.Tensor, hidden: torch.Tensor, positions: torch.Tensor, *,
                 cache: KVCache | None = None, slot_mapping: torch.Tensor | None = None,
                 attn_mask: torch.Tensor | None = None, logits_rows: torch.Tensor | None = None,
-                return_logits: bool = True, layer_fn=None) -> DrafterOutput:
+                return_logits: bool = True, layer_fn=None, fresh: bool = False) -> DrafterOutput:
         """One drafter pass over ``T`` slots per request.
 
         Args:
@@ -162,6 +162,12 @@ class Drafter(nn.Module):
                 within ``config.sliding_window``.
             logits_rows: [c, m] slot indices to compute logits for (default: all T).
             layer_fn: runs each layer (the engine passes a compiled ``call_layer``).
+            fresh: a first draft's batch (``prepare_draft_inputs`` after a prefill): every valid slot's
+                position is its column and the cache block holds nothing the call must read, so
+                attention runs causally over the call's own keys (SDPA's fused kernel, as the
+                target's first prefill chunk does) instead of over the cache block through a mask.
+                Ignored when the call is longer than ``config.sliding_window`` (the window would
+                bind); the KV is written either way.
 
         Returns:
             DrafterOutput(logits [c, m, draft_vocab] float32, hidden [c, T, H] pre-norm).
@@ -169,7 +175,9 @@ class Drafter(nn.Module):
         if hidden.shape[:2] != input_ids.shape or hidden.shape[-1] != self.config.hidden_size:
             raise ValueError(f"hidden {tuple(hidden.shape)} must be [c, T, {self.config.hidden_size}] "
                              f"for input_ids {tuple(input_ids.shape)}")
-        ctx = make_context(positions, cache, slot_mapping, attn_mask, window=self.config.sliding_window)
+        window = self.config.sliding_window
+        fresh = fresh and attn_mask is None and (window is None or input_ids.shape[1] <= window)
+        ctx = make_context(positions, cache, slot_mapping, attn_mask, window=None if fresh else window, fresh=fresh)
         if self._inv_freq.device != positions.device:
             self._inv_freq = self._inv_freq.to(positions.device)
         cos, sin = rope_cos_sin(self._inv_freq, positions, self.dtype)

@@ -71,36 +71,39 @@ def build_draft_batch(drafter: Drafter, taps: torch.Tensor, token_ids: torch.Ten
     return inputs, hidden
 
 
-def run_drafter(drafter: Drafter, cache: KVCache, ids, hidden, positions, slots, rows=None, layer_fn=None):
+def run_drafter(drafter: Drafter, cache: KVCache, ids, hidden, positions, slots, rows=None, layer_fn=None,
+                fresh: bool = False):
     """One drafter pass with the KV cache: logits at ``rows`` [c, m] (all rows when None).
 
     The engine swaps this for a CUDA-graphed twin with the same signature; ``layer_fn`` runs
-    each drafter layer (the engine passes a compiled one).
+    each drafter layer (the engine passes a compiled one); ``fresh``: see ``Drafter.forward``.
     """
-    return drafter(ids, hidden, positions, cache=cache, slot_mapping=slots, logits_rows=rows, layer_fn=layer_fn)
+    return drafter(ids, hidden, positions, cache=cache, slot_mapping=slots, logits_rows=rows, layer_fn=layer_fn,
+                   fresh=fresh)
 
 
-def _first_pass(forward, cache, inputs: DraftInputs, hidden, c: int, k: int):
+def _first_pass(forward, cache, inputs: DraftInputs, hidden, c: int, k: int, fresh: bool = False):
     R = inputs.rows_per_request
     rows = inputs.sample_indices.view(c, k) - torch.arange(c, device=hidden.device)[:, None] * R
     return forward(cache, inputs.input_ids.view(c, R), hidden.view(c, R, -1), inputs.positions.view(c, R),
-                   inputs.slot_mapping.view(c, R), rows), rows
+                   inputs.slot_mapping.view(c, R), rows, fresh=fresh), rows
 
 
 def draft_parallel(drafter: Drafter, cache: KVCache, taps, token_ids, positions, num_accepted, bonus_tokens, *,
                    k: int, max_len: int, temperature: float = 0.0, generator: torch.Generator | None = None,
                    backend: str = "auto", batch: tuple[DraftInputs, torch.Tensor] | None = None,
-                   forward=None) -> DraftResult:
+                   forward=None, fresh: bool = False) -> DraftResult:
     """P-EAGLE: all K drafts in ONE drafter pass (bonus slot + K−1 mask slots).
 
     ``batch`` is a ready ``build_draft_batch(..., k)`` result (the engine times it apart);
-    ``forward`` replaces ``run_drafter`` (the engine passes a CUDA-graphed one).
+    ``forward`` replaces ``run_drafter`` (the engine passes a CUDA-graphed one); ``fresh``: the
+    batch follows a prefill into empty cache blocks (see ``Drafter.forward``).
     """
-    forward = forward or (lambda *a: run_drafter(drafter, *a))
+    forward = forward or (lambda *a, **kw: run_drafter(drafter, *a, **kw))
     c = taps.shape[0]
     inputs, hidden = batch or build_draft_batch(drafter, taps, token_ids, positions, num_accepted,
                                                 bonus_tokens, k, max_len, backend)
-    out, _ = _first_pass(forward, cache, inputs, hidden, c, k)
+    out, _ = _first_pass(forward, cache, inputs, hidden, c, k, fresh)
     tokens, probs = sample_from_logits(drafter, out.logits, temperature, generator)
     return DraftResult(tokens, probs, 1, inputs)
 
@@ -109,17 +112,19 @@ def draft_autoregressive(drafter: Drafter, cache: KVCache, taps, token_ids, posi
                          bonus_tokens, *, k: int, max_len: int, temperature: float = 0.0,
                          generator: torch.Generator | None = None, backend: str = "auto",
                          batch: tuple[DraftInputs, torch.Tensor] | None = None,
-                         forward=None) -> DraftResult:
+                         forward=None, fresh: bool = False) -> DraftResult:
     """EAGLE-3: K drafter passes, each feeding back its own pre-norm hidden state and token.
 
     ``batch`` is a ready ``build_draft_batch(..., 1)`` result (the engine times it apart);
-    ``forward`` replaces ``run_drafter`` (the engine passes a CUDA-graphed one).
+    ``forward`` replaces ``run_drafter`` (the engine passes a CUDA-graphed one); ``fresh``: the
+    first pass follows a prefill into empty cache blocks (see ``Drafter.forward``; the later
+    passes read the cache).
     """
-    forward = forward or (lambda *a: run_drafter(drafter, *a))
+    forward = forward or (lambda *a, **kw: run_drafter(drafter, *a, **kw))
     c = taps.shape[0]
     inputs, hidden = batch or build_draft_batch(drafter, taps, token_ids, positions, num_accepted,
                                                 bonus_tokens, 1, max_len, backend)
-    out, rows = _first_pass(forward, cache, inputs, hidden, c, 1)
+    out, rows = _first_pass(forward, cache, inputs, hidden, c, 1, fresh)
     tok, probs = sample_from_logits(drafter, out.logits, temperature, generator)
     tokens, all_probs = [tok], [probs]
     h = torch.gather(out.hidden, 1, rows[..., None].expand(-1, -1, out.hidden.shape[-1]))  # [c, 1, H]

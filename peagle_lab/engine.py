@@ -430,14 +430,15 @@ class SpecDecoder:
             return step.TargetOutput(logits, tap, None), ids, torch.arange(tb, device=ids.device).expand(c, tb), True
         return step.TargetOutput(logits, tap[:, :T] if taps else None, None), ids[:, :T], pos, False
 
-    def _drafter_forward(self, cache, ids, hidden, pos, slots, rows, tag: str = "batch"):
+    def _drafter_forward(self, cache, ids, hidden, pos, slots, rows, tag: str = "batch", fresh: bool = False):
         if not self.use_graphs:
-            return run_drafter(self.drafter, cache, ids, hidden, pos, slots, rows, self._layer_fn)
+            return run_drafter(self.drafter, cache, ids, hidden, pos, slots, rows, self._layer_fn, fresh=fresh)
 
         def fn(ids, hidden, pos, slots, *rows):
-            return run_drafter(self.drafter, cache, ids, hidden, pos, slots, rows[0] if rows else None, self._layer_fn)
+            return run_drafter(self.drafter, cache, ids, hidden, pos, slots, rows[0] if rows else None, self._layer_fn,
+                               fresh=fresh)
         extra = (rows,) if rows is not None else ()
-        key = ("drafter", tag, tuple(ids.shape), None if rows is None else tuple(rows.shape))
+        key = ("drafter", tag, tuple(ids.shape), None if rows is None else tuple(rows.shape)) + (("fresh",) if fresh else ())
         return self._graphs.run(key, fn, ids, hidden, pos, slots, *extra)
 
     def _first_draft_forward(self, tag: str):
@@ -450,41 +451,43 @@ class SpecDecoder:
         """
         layer_fn = self._layer_fn if self.compile_prefill else None
 
-        def forward(cache, ids, hidden, pos, slots, rows):
-            if self.use_graphs and ids.shape[1] == 1 and rows is None:
+        def forward(cache, ids, hidden, pos, slots, rows, fresh: bool = False):
+            if self.use_graphs and ids.shape[1] == 1 and rows is None and not fresh:
                 return self._drafter_forward(cache, ids, hidden, pos, slots, None, tag)
-            return run_drafter(self.drafter, cache, ids, hidden, pos, slots, rows, layer_fn)
+            return run_drafter(self.drafter, cache, ids, hidden, pos, slots, rows, layer_fn, fresh=fresh)
         return forward
 
     def _draft(self, cache, taps, ids, pos, n, bonus, max_len, gen, timer: "Timer | None" = None,
-               graph_first: bool = False, tag: str = "batch"):
+               graph_first: bool = False, tag: str = "batch", first: bool = False):
         """``step.prepare_draft`` (timed as "prep") then ``step.draft``; returns (result, marks).
 
         On CUDA at temperature 0, decode steps replay two graphs (prep, then every drafter
         pass with its argmax), so both methods pay no per-kernel launch cost. A first draft after a
         padded prefill is graphed the same way (``graph_first``); one after a prefill over the graph
         cap runs its first pass with compiled layers and EAGLE-3's later passes as graphs
-        (``_first_draft_forward``).
+        (``_first_draft_forward``). ``first``: a first draft, after a prefill into cache blocks that
+        hold nothing older, so its first pass attends causally over its own keys
+        (``Drafter.forward(fresh=True)``) rather than over the whole block through a mask.
         """
         cfg = self.config
 
         def prep(taps, ids, pos, n, bonus):
             return step.prepare_draft(self.drafter, taps, ids, pos, n, bonus, cfg.k, max_len, cfg.kernel_backend)
 
-        def draft(batch, forward):
+        def draft(batch, forward):  # a first draft follows a prefill into empty blocks: its first pass is fresh
             return step.draft(self.drafter, cache, taps, ids, pos, n, bonus, k=cfg.k, max_len=max_len,
                               temperature=cfg.temperature, generator=gen, backend=cfg.kernel_backend, batch=batch,
-                              forward=forward)
+                              forward=forward, fresh=first)
 
         decode = ids.shape[1] == cfg.k + 1  # decode-step shapes are worth a graph, and a padded first draft
         if self.use_graphs and cfg.temperature == 0 and (decode or graph_first):
-            key = ("draft" if decode else "first-draft", tag, tuple(ids.shape))
+            key = ("first-draft" if first else "draft", tag, tuple(ids.shape))
             res, marks = self._graphed_draft(prep, draft, (taps, ids, pos, n, bonus), timer, key)
         else:
             m0 = timer.mark() if timer else None
             batch = prep(taps, ids, pos, n, bonus)
             m1 = timer.mark() if timer else None
-            res = draft(batch, self._drafter_forward if decode else self._first_draft_forward(tag))
+            res = draft(batch, self._drafter_forward if decode and not first else self._first_draft_forward(tag))
             marks = (m0, m1, timer.mark() if timer else None)
         if self.on_draft is not None:
             self.on_draft(res)
@@ -495,7 +498,7 @@ class SpecDecoder:
             static = [a.clone() for a in args]
             g_prep, batch = capture_graph(lambda: prep(*static))
             g_prep.replay()  # captured outputs hold nothing until a replay; the draft warm-up reads them
-            plain = lambda cache, *a: run_drafter(self.drafter, cache, *a, layer_fn=self._layer_fn)  # noqa: E731
+            plain = lambda cache, *a, **kw: run_drafter(self.drafter, cache, *a, layer_fn=self._layer_fn, **kw)  # noqa: E731
             g_draft, res = capture_graph(lambda: draft(batch, plain))
             return g_prep, g_draft, static, res
 
@@ -542,7 +545,7 @@ class SpecDecoder:
         out, ids, pos, graph_first = self._prefill(ids, pos, lens, cache_t, max_len, K > 0)
         nxt = step.sample(out.logits[:, 0], cfg.temperature, gen)
         draft = self._draft(cache_d, out.taps, ids, pos, lens - 1, nxt, max_len, gen,
-                            graph_first=graph_first)[0] if K else None
+                            graph_first=graph_first, first=True)[0] if K else None
         outputs = [[t] for t in nxt.tolist()]
         done = [step.finished(o, eos, max_new) for o in outputs]
         # start: the position of each request's newest token (not yet processed by the target)
@@ -643,7 +646,7 @@ class SpecDecoder:
         out, ids, pos, graph_first = self._prefill(ids, pos, lens, scratch_t, max_len, K > 0, tag="admit")
         nxt = step.sample(out.logits[:, 0], self.config.temperature, gen)
         draft = self._draft(scratch_d, out.taps, ids, pos, lens - 1, nxt, max_len, gen, graph_first=graph_first,
-                            tag="admit")[0] if K else None
+                            tag="admit", first=True)[0] if K else None
         dest = torch.tensor(rows + [self._cache_t.max_batch - 1] * (S - n), device=dev)
         # written: the prompt (< the padded width) and, in the drafter's cache, the first draft's K slots
         written = padded_prefill_width(width, max_len) + K + 1

@@ -125,15 +125,18 @@ def prepare_draft(drafter: Drafter, taps: torch.Tensor, ids: torch.Tensor, posit
 def draft(drafter: Drafter, cache: KVCache, taps: torch.Tensor, ids: torch.Tensor, positions: torch.Tensor,
           num_accepted: torch.Tensor, bonus: torch.Tensor, *, k: int, max_len: int, temperature: float = 0.0,
           generator: torch.Generator | None = None, backend: str = "auto",
-          batch: tuple[DraftInputs, torch.Tensor] | None = None, forward=None) -> DraftResult:
+          batch: tuple[DraftInputs, torch.Tensor] | None = None, forward=None, fresh: bool = False) -> DraftResult:
     """K draft tokens after the processed batch: P-EAGLE in one pass, EAGLE-3 in K.
 
     ``batch`` is :func:`prepare_draft`'s result when the caller built (and timed) it apart;
-    ``forward`` replaces the drafter's plain forward (the engine passes a CUDA-graphed one).
+    ``forward`` replaces the drafter's plain forward (the engine passes a CUDA-graphed one);
+    ``fresh``: a first draft after :func:`prefill`, into cache blocks that hold nothing older
+    (its first pass then attends causally over its own keys; ``Drafter.forward``).
     """
     fn = draft_parallel if drafter.config.method == "peagle" else draft_autoregressive
     return fn(drafter, cache, taps, ids, positions, num_accepted, bonus, k=k, max_len=max_len,
-              temperature=temperature, generator=generator, backend=backend, batch=batch, forward=forward)
+              temperature=temperature, generator=generator, backend=backend, batch=batch, forward=forward,
+              fresh=fresh)
 
 
 def verify_inputs(bonus: torch.Tensor, drafts: torch.Tensor | None, start: torch.Tensor, max_len: int,

@@ -100,8 +100,8 @@ def oracle_drafts(engine, truth, corrupt_every: int):
     real = engine._draft
     calls = {"n": 0}
 
-    def fake(cache, taps, ids, pos, n, bonus, max_len, gen, timer=None, graph_first=False):
-        res, marks = real(cache, taps, ids, pos, n, bonus, max_len, gen, timer, graph_first)
+    def fake(cache, taps, ids, pos, n, bonus, max_len, gen, timer=None, graph_first=False, **kw):
+        res, marks = real(cache, taps, ids, pos, n, bonus, max_len, gen, timer, graph_first, **kw)
         k = res.tokens.shape[1]
         # the new token sits at position pos[:, 0] + n + 1 = prompt length + outputs so far - 1
         start = pos[:, 0] + n + 2 - torch.tensor([len(p) for p in PROMPTS], device=pos.device)
@@ -258,3 +258,43 @@ def test_a_drafting_window_is_lossless_and_changes_what_the_drafter_sees(target,
         assert run(target, drafter, method, 4).tokens == baseline[3]
     first = min(len(drafts[None]), len(drafts[2]))
     assert any(not torch.equal(a, b) for a, b in zip(drafts[None][:first], drafts[2][:first]))
+
+
+@pytest.mark.parametrize("method", ["eagle3", "peagle"])
+def test_a_fresh_first_draft_pass_matches_the_masked_one_over_stale_cache_rows(target, method):
+    # A first draft's pass attends causally over its own keys (Drafter.forward(fresh=True)); it must give what
+    # the masked pass over the whole cache block gives, with the block full of an earlier request's keys, and
+    # write the same KV. With a window shorter than the call, fresh is ignored (the window would bind).
+    import dataclasses
+
+    from peagle_lab import step
+    from peagle_lab.models import llama
+    from peagle_lab.models.llama import attend
+
+    prompts, K, max_len = [[5, 6, 7, 8, 9], [10, 11, 12], [3, 1, 4, 1, 5, 9, 2, 6, 5]], 4, 32
+    ids, pos, lens = step.pad_prompts(prompts, target.device)
+    out = step.prefill(target, ids, pos, lens, target.allocate_cache(len(prompts), max_len), max_len, taps=True)
+    nxt = out.logits[:, 0].argmax(-1)
+    for window in (None, 4):
+        d = tiny_drafter(target, method, seed=2)
+        d.config = dataclasses.replace(d.config, sliding_window=window)
+        inputs, hidden = step.prepare_draft(d, out.taps, ids, pos, lens - 1, nxt, K, max_len)
+        c, R = len(prompts), inputs.rows_per_request
+        runs, masks = {}, []
+        for fresh in (False, True):
+            cache = d.allocate_cache(c, max_len)
+            cache.kv.copy_(torch.randn(cache.kv.shape, generator=torch.Generator().manual_seed(7)))
+            with pytest.MonkeyPatch.context() as mp:  # which path attention took: None is the causal one
+                mp.setattr(llama, "attend", lambda q, k, v, mask, *a, **kw: masks.append(mask is None) or attend(
+                    q, k, v, mask, *a, **kw))
+                res = d(inputs.input_ids.view(c, R), hidden.view(c, R, -1), inputs.positions.view(c, R), cache=cache,
+                        slot_mapping=inputs.slot_mapping.view(c, R), fresh=fresh)
+            runs[fresh] = (res.logits, cache)
+        assert masks == [False, window is None]
+        valid = (inputs.slot_mapping >= 0).view(c, R)
+        written = inputs.slot_mapping[inputs.slot_mapping >= 0]
+        if window is None:
+            torch.testing.assert_close(runs[True][0][valid], runs[False][0][valid], rtol=1e-5, atol=1e-5)
+            torch.testing.assert_close(runs[True][1].kv[:, written], runs[False][1].kv[:, written], rtol=1e-5, atol=1e-5)
+        else:
+            assert torch.equal(runs[True][0], runs[False][0])  # fresh ignored: the masked path both times
