@@ -138,7 +138,7 @@ class KVCache:
     trash slot that ``slot_mapping == -1`` writes are redirected to, which keeps writes
     free of host synchronisation (and so CUDA-graph friendly).
 
-    :meth:`allocate` makes them views of one tensor, ``kv`` ``[2 * layers, rows, n_kv, hd]``
+    ``allocate`` makes them views of one tensor, ``kv`` ``[2 * layers, rows, n_kv, hd]``
     (``k[l]`` is ``kv[l]``, ``v[l]`` is ``kv[layers + l]``), so that copying blocks between caches
     (``peagle_lab.engine.copy_kv_blocks``) is one kernel for every layer, not one per tensor.
     """
