@@ -431,14 +431,15 @@ class SpecDecoder:
         return step.TargetOutput(logits, tap[:, :T] if taps else None, None), ids[:, :T], pos, False
 
     def _drafter_forward(self, cache, ids, hidden, pos, slots, rows, tag: str = "batch", fresh: bool = False):
+        """A decode-shaped drafter pass (a CUDA graph per shape on CUDA). It reads the cache, so ``fresh``,
+        which only lets a first draft skip reading it, is taken and not used: the result is the same."""
         if not self.use_graphs:
-            return run_drafter(self.drafter, cache, ids, hidden, pos, slots, rows, self._layer_fn, fresh=fresh)
+            return run_drafter(self.drafter, cache, ids, hidden, pos, slots, rows, self._layer_fn)
 
         def fn(ids, hidden, pos, slots, *rows):
-            return run_drafter(self.drafter, cache, ids, hidden, pos, slots, rows[0] if rows else None, self._layer_fn,
-                               fresh=fresh)
+            return run_drafter(self.drafter, cache, ids, hidden, pos, slots, rows[0] if rows else None, self._layer_fn)
         extra = (rows,) if rows is not None else ()
-        key = ("drafter", tag, tuple(ids.shape), None if rows is None else tuple(rows.shape)) + (("fresh",) if fresh else ())
+        key = ("drafter", tag, tuple(ids.shape), None if rows is None else tuple(rows.shape))
         return self._graphs.run(key, fn, ids, hidden, pos, slots, *extra)
 
     def _first_draft_forward(self, tag: str):
@@ -452,7 +453,7 @@ class SpecDecoder:
         layer_fn = self._layer_fn if self.compile_prefill else None
 
         def forward(cache, ids, hidden, pos, slots, rows, fresh: bool = False):
-            if self.use_graphs and ids.shape[1] == 1 and rows is None and not fresh:
+            if self.use_graphs and ids.shape[1] == 1 and rows is None:  # EAGLE-3's later passes
                 return self._drafter_forward(cache, ids, hidden, pos, slots, None, tag)
             return run_drafter(self.drafter, cache, ids, hidden, pos, slots, rows, layer_fn, fresh=fresh)
         return forward
@@ -498,7 +499,8 @@ class SpecDecoder:
             static = [a.clone() for a in args]
             g_prep, batch = capture_graph(lambda: prep(*static))
             g_prep.replay()  # captured outputs hold nothing until a replay; the draft warm-up reads them
-            plain = lambda cache, *a, **kw: run_drafter(self.drafter, cache, *a, layer_fn=self._layer_fn, **kw)  # noqa: E731
+            plain = lambda cache, *a, **kw: run_drafter(  # noqa: E731
+                self.drafter, cache, *a, layer_fn=self._layer_fn, **kw)
             g_draft, res = capture_graph(lambda: draft(batch, plain))
             return g_prep, g_draft, static, res
 
@@ -839,14 +841,16 @@ def copy_kv_blocks(src, dst, dest: torch.Tensor, length: int | None = None) -> N
     n = L if length is None else min(length, L)
     if n < 1:
         raise ValueError(f"length={length!r}: expected at least one position to copy")
-    if src.kv is not None and dst.kv is not None and dst.max_len == L:  # every layer's K and V in one copy
-        tail = src.kv.shape[2:]
-        blocks = dst.kv[:, : dst.max_batch * L].view(dst.kv.shape[0], dst.max_batch, L, *tail)[:, :, :n]
-        blocks.index_copy_(1, dest, src.kv[:, : src.max_batch * L].view(src.kv.shape[0], src.max_batch, L, *tail)[:, :, :n])
-        return
-    for main, part in zip((*dst.k, *dst.v), (*src.k, *src.v)):
-        blocks = main[: dst.max_batch * L].view(dst.max_batch, L, *main.shape[1:])[:, :n]
-        blocks.index_copy_(0, dest, part[: src.max_batch * L].view(src.max_batch, L, *main.shape[1:])[:, :n])
+    if src.kv is not None and dst.kv is not None:  # every layer's K and V in one copy
+        pairs = [(dst.kv, src.kv)]
+    else:  # caches built from separate tensors: one copy a tensor
+        pairs = [(m[None], p[None]) for m, p in zip((*dst.k, *dst.v), (*src.k, *src.v))]
+
+    def blocks(t, rows):  # [tensors, rows * L + 1, n_kv, hd] -> the first n positions of each block
+        return t[:, : rows * L].view(t.shape[0], rows, L, *t.shape[2:])[:, :, :n]
+
+    for main, part in pairs:
+        blocks(main, dst.max_batch).index_copy_(1, dest, blocks(part, src.max_batch))
 
 
 def _may_continue(outputs: list[list[int]], done: list[bool], max_new: int) -> bool:
