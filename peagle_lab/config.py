@@ -57,6 +57,11 @@ class SpecConfig:
     # rows are free, all of them in one padded prefill: a larger divisor leaves fewer rows idle but
     # prefills more often (each admission is one prefill and first-draft call)
     refill_divisor: int = 4
+    # a static batch shrinks as its requests finish, as a vLLM batch does: once the requests still
+    # decoding fit in half the rows, they (and as many finished rows as pad them to a power of two)
+    # move to the front of the KV caches and the steps run at that width; False keeps every row to the end
+    # (plain decoding, which queues each step before it reads the last, keeps its rows either way)
+    compact_rows: bool = True
 
     def __post_init__(self) -> None:
         check_choice("method", self.method, METHODS)
@@ -67,7 +72,7 @@ class SpecConfig:
         check_int("max_new_tokens", self.max_new_tokens, 1, 1 << 20)
         check_int("seed", self.seed, 0)
         check_choice("kernel_backend", self.kernel_backend, BACKENDS)
-        for name in ("cuda_graphs", "first_draft_graphs"):
+        for name in ("cuda_graphs", "first_draft_graphs", "compact_rows"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name}={getattr(self, name)!r} must be True or False")
         if not isinstance(self.prefill_graphs, bool) and self.prefill_graphs != "auto":

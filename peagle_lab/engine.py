@@ -64,6 +64,7 @@ class StepTrace:
     draft_ms: float  # drafter passes and sampling
     num_accepted: tuple[int, ...]  # per active request
     drafter_forwards: int
+    rows: int | None = None  # the batch rows the step ran (fewer than c once a static batch compacts)
 
 
 @dataclass(frozen=True)
@@ -548,7 +549,8 @@ class SpecDecoder:
         nxt = step.sample(out.logits[:, 0], cfg.temperature, gen)
         draft = self._draft(cache_d, out.taps, ids, pos, lens - 1, nxt, max_len, gen,
                             graph_first=graph_first, first=True)[0] if K else None
-        outputs = [[t] for t in nxt.tolist()]
+        outputs = [[t] for t in nxt.tolist()]  # by row: compaction reorders the rows, not these lists
+        by_request, longest = list(outputs), max(map(len, prompts))
         done = [step.finished(o, eos, max_new) for o in outputs]
         # start: the position of each request's newest token (not yet processed by the target)
         st = _State(nxt, draft, lens.clone(), _device_flags([not d for d in done], dev))
@@ -571,19 +573,83 @@ class SpecDecoder:
             if K:
                 counts.add(accepted_now)
             active = st.active if done == was_done else _device_flags([not d for d in done], dev)
-            trace.append((len(trace), *marks, tuple(accepted_now), draft.num_forwards if K else 0))
+            trace.append((len(trace), *marks, tuple(accepted_now), draft.num_forwards if K else 0, len(done)))
             if ahead is not None:  # step n + 1 is queued; step n + 2 starts from its outputs
                 nv = launched[0]
                 st = _State(nv.next_tokens, None, nv.start, active)
             else:
                 st = _State(v.next_tokens, draft, v.start, active)
+                if not all(done):
+                    st, outputs, done = self._compact(st, outputs, done, longest, cache_t, cache_d)
                 launched = self._launch(st, cache_t, cache_d, max_len, gen, timer) if not all(done) else None
         if dev.type == "cuda":
             torch.cuda.synchronize()
         decode_s = time.perf_counter() - t1
-        outs = [step.trim(o, eos, max_new) for o in outputs]
+        outs = [step.trim(o, eos, max_new) for o in by_request]
         metrics = counts.metrics(cfg.method, c, len(trace), sum(len(o) for o in outs), prefill_s, decode_s)
         return GenerationResult(outs, metrics, [_step_trace(timer, *t) for t in trace])
+
+    def _compact(self, st: "_State", outputs: list[list[int]], done: list[bool], longest: int, *caches):
+        """Fewer rows once most of a static batch is done (``SpecConfig.compact_rows``): (state, outputs, done).
+
+        When the requests still decoding fit in half the rows, the next power of two of rows (those
+        requests, padded with finished ones) move to the front of the KV caches, a block every
+        layer's in one copy, and the state follows them; later steps run at that width, as a vLLM batch
+        loses its finished requests. Without it a batch decodes every row until its slowest request
+        is done. A row's result does not depend on the others, so the output is the same.
+        ``longest``: the longest prompt. Each block moves up to past every position its row has
+        written (a step writes its own positions before it attends to them: later ones need no copy).
+        """
+        width, live = len(done), [b for b, d in enumerate(done) if not d]
+        w = 1 << (len(live) - 1).bit_length()  # the next power of two: a few widths, one graph set each
+        if not self.config.compact_rows or w > width // 2:
+            return st, outputs, done
+        order = sorted(live + [b for b, d in enumerate(done) if d][: w - len(live)])
+        written = longest + max(map(len, outputs)) + 2 * self.config.k + 2
+        idx = torch.tensor(order, device=self.device)
+        for cache in caches:
+            if cache is not None:
+                move_kv_blocks(cache, order, written)
+        draft = st.draft
+        if draft is not None:
+            probs = None if draft.draft_probs is None else draft.draft_probs[idx]
+            draft = DraftResult(draft.tokens[idx], probs, draft.num_forwards, draft.inputs)
+        return (_State(st.nxt[idx], draft, st.start[idx], st.active[idx]), [outputs[b] for b in order],
+                [done[b] for b in order])
+
+    def warm_widths(self, concurrency: int) -> list[int]:
+        """Capture the decode step at every width a static batch of ``concurrency`` compacts to.
+
+        Call it after a warm-up ``generate`` (which compiled the step and sized the caches that
+        the timed calls reuse) and before a timed one: a short warm-up run rarely meets the narrow
+        widths a long one ends in, and a graph captured mid-run would be timed. Each width runs
+        one step with every row idle: no row writes the target's cache, and the drafter writes
+        only positions that a request's own prefill or steps write before reading. On a CPU, or
+        with ``compact_rows`` or CUDA graphs off, it does nothing. Returns the widths warmed.
+
+        Raises:
+            ValueError: ``concurrency`` is not an int, or exceeds the caches' rows (or none exist yet).
+        """
+        rows = 0 if self._cache_t is None else self._cache_t.max_batch
+        if not rows:
+            raise ValueError("warm_widths needs the KV caches: call reserve() or generate() first")
+        check_int("concurrency", concurrency, 1, rows)
+        if not (self.use_graphs and self.config.compact_rows):
+            return []
+        cache_t, cache_d = self._cache_t, self._cache_d
+        K, dev, widths = self.config.k, self.device, []
+        w = 1 << (concurrency - 1).bit_length()
+        with torch.inference_mode():
+            while w > 1:
+                w //= 2
+                if w > concurrency // 2:
+                    continue
+                zeros = torch.zeros(w, dtype=torch.long, device=dev)
+                draft = DraftResult(torch.zeros(w, K, dtype=torch.long, device=dev), None, 0, None) if K else None
+                st = _State(zeros, draft, zeros + 1, torch.zeros(w, dtype=torch.bool, device=dev))
+                self._step(st, cache_t, cache_d, cache_t.max_len, torch.Generator(device=dev), Timer(dev))
+                widths.append(w)
+        return widths
 
     def _launch(self, st: "_State", cache_t, cache_d, max_len: int, gen, timer: "Timer"):
         """Queue one decode step of every row: (verified, the next drafts, a ``_Readback`` of the new tokens, marks).
@@ -708,7 +774,7 @@ class SpecDecoder:
             if K:
                 counts.add(accepted_now)
             st = _State(v.next_tokens, draft, v.start, st.active)
-            trace.append((len(trace), *marks, tuple(accepted_now), draft.num_forwards if K else 0))
+            trace.append((len(trace), *marks, tuple(accepted_now), draft.num_forwards if K else 0, c))
         if dev.type == "cuda":
             torch.cuda.synchronize()
         wall = time.perf_counter() - t0
@@ -830,6 +896,35 @@ class _Readback:
         return self.host.tolist()
 
 
+def _kv_tensors(cache) -> list[torch.Tensor]:
+    """A cache's K and V as [tensors, rows, n_kv, hd]: its one stacked tensor, or each layer's as a view."""
+    return [cache.kv] if cache.kv is not None else [t[None] for t in (*cache.k, *cache.v)]
+
+
+def _blocks(t: torch.Tensor, rows: int, L: int, n: int) -> torch.Tensor:
+    """[tensors, rows * L + 1, n_kv, hd] -> [tensors, rows, n, n_kv, hd]: the first n positions of each block."""
+    return t[:, : rows * L].view(t.shape[0], rows, L, *t.shape[2:])[:, :, :n]
+
+
+def move_kv_blocks(cache, order: list[int], length: int | None = None) -> None:
+    """Blocks ``order`` of ``cache`` into its blocks ``0..len(order)-1``, every layer's in one copy a block.
+
+    How ``SpecDecoder``'s row compaction keeps each request's keys with its row. ``order`` rises
+    strictly, so block ``order[j] >= j`` is read before any copy writes it, and no temporary (which a
+    gather of long-context blocks would make gigabytes large) is needed. ``length`` moves only each
+    block's first positions (the rest of a destination block keeps what it held).
+    """
+    if any(a >= b for a, b in zip(order, order[1:])) or (order and not 0 <= order[0] <= order[-1] < cache.max_batch):
+        raise ValueError(f"order={order!r}: expected rising block numbers below {cache.max_batch}")
+    L = cache.max_len
+    n = L if length is None else min(length, L)
+    for t in _kv_tensors(cache):
+        b = _blocks(t, cache.max_batch, L, n)
+        for dst, src in enumerate(order):
+            if src != dst:
+                b[:, dst] = b[:, src]
+
+
 def copy_kv_blocks(src, dst, dest: torch.Tensor, length: int | None = None) -> None:
     """Block ``j`` of KV cache ``src`` into block ``dest[j]`` of ``dst`` (one max_len), every layer.
 
@@ -845,12 +940,8 @@ def copy_kv_blocks(src, dst, dest: torch.Tensor, length: int | None = None) -> N
         pairs = [(dst.kv, src.kv)]
     else:  # caches built from separate tensors: one copy a tensor
         pairs = [(m[None], p[None]) for m, p in zip((*dst.k, *dst.v), (*src.k, *src.v))]
-
-    def blocks(t, rows):  # [tensors, rows * L + 1, n_kv, hd] -> the first n positions of each block
-        return t[:, : rows * L].view(t.shape[0], rows, L, *t.shape[2:])[:, :, :n]
-
     for main, part in pairs:
-        blocks(main, dst.max_batch).index_copy_(1, dest, blocks(part, src.max_batch))
+        _blocks(main, dst.max_batch, L, n).index_copy_(1, dest, _blocks(part, src.max_batch, L, n))
 
 
 def _may_continue(outputs: list[list[int]], done: list[bool], max_new: int) -> bool:
@@ -879,11 +970,12 @@ def _device_flags(flags: list[bool], device: torch.device) -> torch.Tensor:
     return t.to(device)
 
 
-def _step_trace(timer: Timer, i: int, m0: int, m1: int, marks, accepted: tuple[int, ...], forwards: int) -> StepTrace:
+def _step_trace(timer: Timer, i: int, m0: int, m1: int, marks, accepted: tuple[int, ...], forwards: int,
+                rows: int) -> StepTrace:
     """A ``StepTrace`` from the timer's marks (read after the final synchronisation)."""
     prep = timer.ms(marks[0], marks[1]) if marks else 0.0
     draft = timer.ms(marks[1], marks[2]) if marks else 0.0
-    return StepTrace(i, timer.ms(m0, m1), prep, draft, accepted, forwards)
+    return StepTrace(i, timer.ms(m0, m1), prep, draft, accepted, forwards, rows)
 
 
 def check_prompts(prompts, vocab_size: int) -> list[int]:

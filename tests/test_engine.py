@@ -120,8 +120,8 @@ def oracle_drafts(engine, truth, corrupt_every: int):
 @pytest.mark.parametrize("method", ["eagle3", "peagle"])
 def test_lossless_and_counted_when_drafts_are_mostly_right(target, baseline, method):
     k = 4
-    engine = SpecDecoder(target, tiny_drafter(target, method),
-                         SpecConfig(method=method, num_speculative_tokens=k, max_new_tokens=24))
+    engine = SpecDecoder(target, tiny_drafter(target, method),  # the fake drafts by row: rows keep their request
+                         SpecConfig(method=method, num_speculative_tokens=k, max_new_tokens=24, compact_rows=False))
     oracle_drafts(engine, baseline[3], corrupt_every=3)
     got = engine.generate(PROMPTS)
     assert got.tokens == baseline[3]
@@ -298,3 +298,99 @@ def test_a_fresh_first_draft_pass_matches_the_masked_one_over_stale_cache_rows(t
             torch.testing.assert_close(runs[True][1].kv[:, written], runs[False][1].kv[:, written], rtol=1e-5, atol=1e-5)
         else:
             assert torch.equal(runs[True][0], runs[False][0])  # fresh ignored: the masked path both times
+
+
+SIX = [[5, 6, 7, 8, 9], [10, 11, 12], [3, 1, 4, 1, 5, 9, 2, 6, 5], [42], [20, 30, 40, 50], [7, 7, 7]]
+
+
+def early_stops(target):
+    """EOS ids that end requests 0-4 of SIX within their first 7 tokens and never end request 5."""
+    full = run(target, None, "baseline", prompts=SIX, max_new_tokens=24).tokens
+    eos = set()
+    for out in full[:5]:
+        early = [t for t in out[1:7] if t not in full[5]]
+        assert early, "no early EOS candidate for this tiny model"
+        eos.add(early[0])
+    return tuple(sorted(eos))
+
+
+@pytest.mark.parametrize("method,k", [("baseline", 0), ("eagle3", 3), ("peagle", 5)])
+def test_a_static_batch_compacts_its_rows_as_requests_finish_and_stays_lossless(target, method, k):
+    eos = early_stops(target)
+    want = [cache_free_greedy(target, p, 24, eos) for p in SIX]
+    assert len(want[5]) == 24 and all(len(w) < 8 for w in want[:5])
+    drafter = None if method == "baseline" else tiny_drafter(target, method, seed=4)
+    got = {}
+    for compact in (True, False):
+        engine = SpecDecoder(target, drafter, SpecConfig(method=method, num_speculative_tokens=max(k, 1),
+                                                         max_new_tokens=24, compact_rows=compact))
+        widths = []
+        real = engine._launch
+        engine._launch = lambda st, *a, real=real, widths=widths: widths.append(len(st.nxt)) or real(st, *a)
+        res = engine.generate(SIX, eos_token_ids=eos)
+        assert [s.rows for s in res.trace] == widths  # each step's trace holds the rows it ran
+        got[compact] = (res.tokens, widths)
+    assert got[True][0] == got[False][0] == want
+    assert got[False][1] == [6] * len(got[False][1])
+    if method == "baseline":  # plain decoding queues each step before reading the last: it keeps its rows
+        assert got[True][1] == got[False][1]
+        return
+    # one request left of six: a width of 1 (the next power of two, and at most half of 6), and never wider again
+    assert got[True][1][0] == 6 and got[True][1][-1] == 1
+    assert got[True][1] == sorted(got[True][1], reverse=True)
+    assert set(got[True][1]) <= {6, 2, 1}
+
+
+def test_move_kv_blocks_gathers_every_layer_before_writing(target):
+    from peagle_lab.engine import move_kv_blocks
+    cache = target.allocate_cache(4, 8)
+    torch.manual_seed(0)
+    cache.kv.copy_(torch.randn_like(cache.kv))
+    before = [t.clone() for t in (*cache.k, *cache.v)]
+    L = cache.max_len
+    move_kv_blocks(cache, [1, 2, 3], length=5)  # each block moves onto one that moves next
+    for t, old in zip((*cache.k, *cache.v), before):
+        blocks, was = t[: 4 * L].view(4, L, *t.shape[1:]), old[: 4 * L].view(4, L, *t.shape[1:])
+        for dst, src in enumerate([1, 2, 3, 3]):  # block 3 keeps its keys
+            assert torch.equal(blocks[dst, :5], was[src, :5])
+            assert torch.equal(blocks[dst, 5:], was[dst, 5:])  # past length: as it was
+        assert torch.equal(t[4 * L], old[4 * L])  # the trash slot is not a block
+    for bad in ([2, 0], [1, 1], [3, 4]):
+        with pytest.raises(ValueError, match="expected rising block numbers below 4"):
+            move_kv_blocks(cache, bad)
+
+
+def test_warm_widths_needs_caches_and_does_nothing_without_cuda_graphs(target):
+    engine = SpecDecoder(target, tiny_drafter(target, "peagle"), SpecConfig(num_speculative_tokens=3))
+    with pytest.raises(ValueError, match="call reserve"):
+        engine.warm_widths(4)
+    engine.reserve(4, 64)
+    with pytest.raises(ValueError, match="concurrency=5 is out of range"):
+        engine.warm_widths(5)
+    assert engine.warm_widths(4) == []  # a CPU runs no graphs: the first narrow step compiles nothing either
+
+
+def test_compact_moves_each_live_row_with_its_state_and_draft_distribution(target):
+    from peagle_lab.engine import _State
+    engine = SpecDecoder(target, tiny_drafter(target, "peagle"), SpecConfig(num_speculative_tokens=2, temperature=1.0))
+    cache_t, cache_d = engine._caches(5, 16)
+    L = cache_t.max_len
+    for b in range(5):  # each block holds its row's number
+        for t in (*cache_t.k, *cache_t.v):
+            t[b * L:(b + 1) * L] = b
+    probs = torch.rand(5, 2, target.config.vocab_size)
+    st = _State(torch.arange(5), DraftResult(torch.arange(10).view(5, 2), probs, 1, None), torch.arange(5) + 10,
+                torch.tensor([False, True, False, False, True]))
+    outputs, done = [[b] for b in range(5)], [True, False, True, True, False]
+    new, outs, flags = engine._compact(st, outputs, done, 4, cache_t, cache_d)
+    # two live rows (1 and 4) fit in half of five: they move to rows 0 and 1, in order
+    assert outs == [[1], [4]] and outs[0] is outputs[1] and flags == [False, False]
+    assert new.nxt.tolist() == [1, 4] and new.start.tolist() == [11, 14] and new.active.tolist() == [True, True]
+    assert new.draft.tokens.tolist() == [[2, 3], [8, 9]] and torch.equal(new.draft.draft_probs, probs[[1, 4]])
+    # past the longest prompt (4), output (1) and 2K + 2 positions nothing was written: nothing more moves
+    n = 4 + 1 + 2 * 2 + 2
+    assert all(bool((t[:n] == 1).all() and (t[L:L + n] == 4).all() and (t[L + n:2 * L] == 1).all())
+               for t in (*cache_t.k, *cache_t.v))
+    # three live rows of five need four, which is not half: nothing moves
+    done = [False, False, True, False, True]
+    assert engine._compact(st, outputs, done, 4, cache_t, cache_d)[1] is outputs

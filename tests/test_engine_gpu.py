@@ -137,6 +137,34 @@ def test_admissions_of_different_widths_replay_a_graph_each_and_stay_lossless(me
     assert widths == [64, 128]
 
 
+SIX = [[5, 6, 7, 8, 9], [10, 11, 12], [3, 1, 4, 1, 5, 9, 2, 6, 5], [42], [20, 30, 40, 50], [7, 7, 7]]
+
+
+@pytest.mark.parametrize("method", ["eagle3", "peagle"])
+def test_compacted_rows_replay_graphs_warmed_beforehand_and_stay_lossless(method):
+    # SpecConfig.compact_rows under CUDA graphs and compile: EOS ids end five of six requests early, the last
+    # runs on alone at width 1. warm_widths captures the narrow widths after a short warm-up (as the sweep
+    # does), so the full-length call captures nothing, and its tokens equal plain decoding's.
+    t = cuda_target()
+    full = SpecDecoder(t, None, SpecConfig(method="baseline", max_new_tokens=24)).generate(SIX).tokens
+    eos = tuple(sorted({next(x for x in out[1:7] if x not in full[5]) for out in full[:5]}))
+    base = SpecDecoder(t, None, SpecConfig(method="baseline", max_new_tokens=24)).generate(SIX, eos_token_ids=eos)
+    assert len(base.tokens[5]) == 24 and max(map(len, base.tokens[:5])) < 8
+    engine = SpecDecoder(t, tiny_drafter(t, method, seed=3), SpecConfig(method=method, num_speculative_tokens=3,
+                                                                         max_new_tokens=24))
+    engine.reserve(6, 9 + 24 + 3 + 1)
+    engine.generate(SIX, max_new_tokens=4, eos_token_ids=eos)
+    assert engine.warm_widths(6) == [2, 1]
+    captured = set(engine._graphs.graphs)
+    widths = []
+    real = engine._launch
+    engine._launch = lambda st, *a: widths.append(len(st.nxt)) or real(st, *a)
+    got = engine.generate(SIX, eos_token_ids=eos)
+    assert got.tokens == base.tokens
+    assert widths[0] == 6 and widths[-1] == 1
+    assert set(engine._graphs.graphs) == captured
+
+
 @pytest.mark.parametrize("method", ["baseline", "eagle3", "peagle"])
 def test_compiled_and_eager_steps_agree_in_float32(method):
     t = cuda_target()

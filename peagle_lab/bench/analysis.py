@@ -97,14 +97,19 @@ def rows_busy(row: BenchRow) -> float | None:
     A batch decodes until its slowest request is done, and a finished request's row idles until
     then. Speculative cells count one draft round per request still decoding at each step
     (``num_drafts``); plain decoding makes one token per such request and step, after the first
-    token that the prefill makes. Either count over steps × c is the share: plain decoding reads
-    1, speculative batches less, because their requests accept at different rates.
+    token that the prefill makes. Either count over the row-steps run is the share: plain decoding
+    reads 1, speculative batches less, because their requests accept at different rates. The
+    row-steps are ``row_steps`` where the row has it (a batch that compacts runs fewer rows as its
+    requests finish, ``SpecConfig.compact_rows``), else steps × c.
 
     >>> from peagle_lab.bench.schema import BenchRow
     >>> r = BenchRow("peagle", 4, 64, "chat", 0.0, 1.0, 1.0, 2.0, [0.5] * 4, 3200, 3200, 0, 0, 0, 6400,
     ...              num_steps=80)
     >>> rows_busy(r)  # 3,200 request-steps of 80 × 64
     0.625
+    >>> r.extra["row_steps"] = 4000  # the batch narrowed in its tail
+    >>> rows_busy(r)
+    0.8
     """
     if not row.num_steps:
         return None
@@ -114,7 +119,7 @@ def rows_busy(row: BenchRow) -> float | None:
         busy = row.output_tokens - row.num_prompts
     else:
         busy = row.num_drafts
-    return busy / (row.num_steps * row.concurrency)
+    return busy / (row.extra.get("row_steps") or row.num_steps * row.concurrency)
 
 
 def step_split(row: BenchRow) -> str:

@@ -88,7 +88,8 @@ def acceptance_on_text(target: LlamaModel, drafter, spec: SpecConfig, prompts: l
 
     Runs ``SpecDecoder.generate`` over the prompts in batches of ``batch`` with the target
     forced to each output (:func:`forced_target`), EOS ignored, for ``len(output)`` new tokens,
-    CUDA graphs off (the rest of ``spec`` as given).
+    CUDA graphs off, every row kept to the end (``compact_rows=False``: the forced text is looked
+    up by batch row), the rest of ``spec`` as given.
 
     Returns:
         ``acceptance_length`` (1 + accepted / drafts over all requests), ``num_drafts``,
@@ -104,7 +105,7 @@ def acceptance_on_text(target: LlamaModel, drafter, spec: SpecConfig, prompts: l
         raise ValueError(f"{len(prompts)} prompts but {len(outputs)} outputs: one output per prompt expected")
     if spec.method == "baseline":
         raise ValueError("acceptance_on_text needs a speculative method (eagle3 or peagle), got 'baseline'")
-    spec = replace(spec, temperature=0.0, cuda_graphs=False)
+    spec = replace(spec, temperature=0.0, cuda_graphs=False, compact_rows=False)  # the forced table is by row
     width = max((len(p) for p in prompts), default=0)
     if width > PREFILL_CHUNK_TOKENS // batch:
         raise ValueError(f"batch={batch}: prompts up to {width} tokens exceed one prefill pass "

@@ -55,6 +55,7 @@ class SweepConfig:
     # has fewer); 0: static batches of c, each decoding until its slowest request is done
     continuous: int = 0
     refill_divisor: int = 4  # SpecConfig.refill_divisor: continuous cells admit once about c / this rows are free
+    compact_rows: bool = True  # SpecConfig.compact_rows: static batches shrink as their requests finish
     ignore_eos: bool = True  # fixed output length (like vLLM's --ignore-eos), so cells compare
     seed: int = 0  # prompt selection and sampling
     cuda_graphs: bool = True
@@ -175,7 +176,9 @@ def cell_row(cell: Cell, results: list[GenerationResult], cfg: SweepConfig) -> B
         output_tokens=out, source="peagle_lab", num_prompts=sum(m.num_requests for m in ms),
         max_new_tokens=cfg.max_new_tokens, num_steps=num_steps,
         step_ms=1000.0 * decode / num_steps if num_steps else None,
-        prefill_ms=1000.0 * sum(m.prefill_s for m in ms) / len(ms))
+        prefill_ms=1000.0 * sum(m.prefill_s for m in ms) / len(ms),
+        # the rows the steps ran, summed: under num_steps × c once compaction narrows a batch (rows_busy)
+        extra={"row_steps": sum(s.rows for s in steps)} if steps and all(s.rows for s in steps) else {})
 
 
 def measure_cell(engine: SpecDecoder, cell: Cell, prompts: list[Prompt],
@@ -198,6 +201,8 @@ def measure_cell(engine: SpecDecoder, cell: Cell, prompts: list[Prompt],
     warm_new = cfg.max_new_tokens if continuous else min(2 * cell.k + 4, cfg.max_new_tokens)
     for batch in batches:
         engine.generate(batch, max_new_tokens=warm_new, **kw)
+    if not continuous:  # the narrower widths a batch compacts to, which a short warm-up rarely reaches
+        engine.warm_widths(min(c, len(ids)))
     results = [engine.generate(b, max_new_tokens=cfg.max_new_tokens, **kw) for b in batches]
     row = cell_row(cell, results, cfg)
     # Compilation, warm-up and CUDA-graph capture of this cell's shapes (not in its timing);
@@ -312,7 +317,7 @@ def _cell(target, drafters: dict, cell: Cell, prompts: list[Prompt], cfg: SweepC
                       max_new_tokens=cfg.max_new_tokens, seed=cfg.seed, cuda_graphs=cfg.cuda_graphs,
                       prefill_graphs=cfg.prefill_graphs, first_draft_graphs=cfg.first_draft_graphs,
                       compile=cfg.compile, kernel_backend=cfg.kernel_backend, decode_attention=cfg.decode_attention,
-                      refill_divisor=cfg.refill_divisor)
+                      refill_divisor=cfg.refill_divisor, compact_rows=cfg.compact_rows)
     engine = SpecDecoder(target, drafters.get(cell.method), spec)
     try:
         # caches sized once: no timed pass regrows them (and drops graphs); continuous batching keeps a spare block

@@ -124,7 +124,9 @@ def run_ours(target, drafter, method: str, k: int, prompts: list[list[int]], max
     from ..config import SpecConfig
     from ..engine import SpecDecoder
 
-    cfg = SpecConfig(method=method, num_speculative_tokens=k, max_new_tokens=max_new_tokens, temperature=0.0)
+    # compact_rows=False: each recorded [c, K] block is read by row, so rows keep their request
+    cfg = SpecConfig(method=method, num_speculative_tokens=k, max_new_tokens=max_new_tokens, temperature=0.0,
+                     compact_rows=False)
     engine = SpecDecoder(target, drafter, cfg)
     with recording_drafts(engine) as calls:
         res = engine.generate(prompts, eos_token_ids=eos_token_ids)
