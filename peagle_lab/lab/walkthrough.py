@@ -158,7 +158,7 @@ def median_step(trace: list[StepTrace]) -> StepTrace:
 
     >>> t = [StepTrace(i, v, 1.0, 2.0 * i, (0,), 5) for i, v in enumerate([90.0, 10.0, 12.0, 11.0])]
     >>> median_step(t)
-    StepTrace(step=-1, verify_ms=11.0, prep_ms=1.0, draft_ms=4.0, num_accepted=(0,), drafter_forwards=5)
+    StepTrace(step=-1, verify_ms=11.0, prep_ms=1.0, draft_ms=4.0, num_accepted=(0,), drafter_forwards=5, rows=None)
     """
     if not trace:
         raise ValueError("the trace is empty: generate at least two tokens")
@@ -169,4 +169,5 @@ def median_step(trace: list[StepTrace]) -> StepTrace:
     accepted = tuple(round(med(s.num_accepted[i] for s in steps if len(s.num_accepted) > i))
                      for i in range(max(len(s.num_accepted) for s in steps)))
     return StepTrace(-1, med(s.verify_ms for s in steps), med(s.prep_ms for s in drafting),
-                     med(s.draft_ms for s in drafting), accepted, max(s.drafter_forwards for s in steps))
+                     med(s.draft_ms for s in drafting), accepted, max(s.drafter_forwards for s in steps),
+                     max((s.rows for s in steps if s.rows), default=None))
