@@ -637,18 +637,12 @@ class SpecDecoder:
         if not (self.use_graphs and self.config.compact_rows):
             return []
         cache_t, cache_d = self._cache_t, self._cache_d
-        K, dev, widths = self.config.k, self.device, []
-        w = 1 << (concurrency - 1).bit_length()
+        # _compact's widths: the powers of two up to half the batch
+        widths = [1 << i for i in reversed(range((concurrency // 2).bit_length()))]
         with torch.inference_mode():
-            while w > 1:
-                w //= 2
-                if w > concurrency // 2:
-                    continue
-                zeros = torch.zeros(w, dtype=torch.long, device=dev)
-                draft = DraftResult(torch.zeros(w, K, dtype=torch.long, device=dev), None, 0, None) if K else None
-                st = _State(zeros, draft, zeros + 1, torch.zeros(w, dtype=torch.bool, device=dev))
-                self._step(st, cache_t, cache_d, cache_t.max_len, torch.Generator(device=dev), Timer(dev))
-                widths.append(w)
+            for w in widths:
+                self._step(_State.idle(w, self.config.k, self.device), cache_t, cache_d, cache_t.max_len,
+                           torch.Generator(device=self.device), Timer(self.device))
         return widths
 
     def _launch(self, st: "_State", cache_t, cache_d, max_len: int, gen, timer: "Timer"):
@@ -735,9 +729,7 @@ class SpecDecoder:
         self._scratch(refill, max_len)
         queue, results = deque(range(len(prompts))), [None] * len(prompts)
         owner, outs, done = [-1] * c, [[] for _ in range(c)], [True] * c  # a free row counts as done
-        st = _State(torch.zeros(c, dtype=torch.long, device=dev),
-                    DraftResult(torch.zeros(c, K, dtype=torch.long, device=dev), None, 0, None) if K else None,
-                    torch.zeros(c, dtype=torch.long, device=dev), torch.zeros(c, dtype=torch.bool, device=dev))
+        st = _State.idle(c, K, dev)
         counts, trace, timer, spans = _Counts(K), [], Timer(dev), []
         was_done = list(done)  # the flags st.active holds (every row free)
         t0 = time.perf_counter()
@@ -846,6 +838,13 @@ class _State:
     draft: DraftResult | None  # the pending drafts, tokens [c, K]; None for plain decoding
     start: torch.Tensor  # [c] the position of ``nxt``
     active: torch.Tensor  # [c] bool, requests still decoding (finished ones write no KV)
+
+    @classmethod
+    def idle(cls, c: int, k: int, device: torch.device) -> "_State":
+        """``c`` rows with no request: token 0 at position 0, zero drafts (K = ``k``; none for 0), none active."""
+        zeros = torch.zeros(c, dtype=torch.long, device=device)
+        draft = DraftResult(torch.zeros(c, k, dtype=torch.long, device=device), None, 0, None) if k else None
+        return cls(zeros, draft, zeros.clone(), torch.zeros(c, dtype=torch.bool, device=device))
 
 
 class _Verified(NamedTuple):
