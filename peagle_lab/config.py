@@ -48,6 +48,10 @@ class SpecConfig:
     # torch.compile the decode-step forwards (target and drafter) and the target's prefill layers:
     # "auto" (on CUDA), "on" or "off"
     compile: str = "auto"
+    # with compile, also compile the work before the first decoder layer and after the last of each
+    # forward (mask, KV slots, rope, embeddings; final norm, lm_head): a few kernels instead of ~25
+    # (engine.CompiledForward); False compiles the layers only
+    compile_edges: bool = True
     # attention of the decode steps (T <= 17 queries a request) over the KV caches: "triton" (the
     # split-KV kernel of peagle_lab.kernels.decode_attention for every decode shape; on a CPU in
     # Triton's interpreter, for tests), "sdpa" (PyTorch's scaled_dot_product_attention) or "auto"
@@ -72,7 +76,7 @@ class SpecConfig:
         check_int("max_new_tokens", self.max_new_tokens, 1, 1 << 20)
         check_int("seed", self.seed, 0)
         check_choice("kernel_backend", self.kernel_backend, BACKENDS)
-        for name in ("cuda_graphs", "first_draft_graphs", "compact_rows"):
+        for name in ("cuda_graphs", "first_draft_graphs", "compact_rows", "compile_edges"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name}={getattr(self, name)!r} must be True or False")
         if not isinstance(self.prefill_graphs, bool) and self.prefill_graphs != "auto":

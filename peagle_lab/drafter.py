@@ -18,12 +18,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from .config import DrafterConfig
-from .models.llama import (MLP, Attention, Block, KVCache, LlamaModel, RMSNorm, call_layer, make_context,
-                           rope_cos_sin, rope_inv_freq)
+from .models.llama import (MLP, Attention, Block, KVCache, LlamaModel, RMSNorm, call_layer, embed_ids,
+                           forward_epilogue, rope_inv_freq, start_forward)
 
 
 class FirstLayer(nn.Module):
@@ -133,15 +132,17 @@ class Drafter(nn.Module):
 
     def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
         """Target embeddings, with the learned mask embedding in P-EAGLE mask slots."""
+        table, mask_embedding, mask_id = self._embedding_args(input_ids.device)
+        return embed_ids(input_ids, table, self.dtype, mask_embedding, mask_id)
+
+    def _embedding_args(self, device: torch.device) -> tuple:
+        """(table, mask embedding or None, mask token id): what :func:`embed_ids` takes after the ids and dtype."""
         if self._embed is None:
             raise ValueError("call drafter.attach_embeddings(target.embed_tokens.weight) first")
-        if self._embed.device != input_ids.device:
-            self._embed = self._embed.to(input_ids.device)
-        e = F.embedding(input_ids, self._embed).to(self.dtype)
-        if self.mask_embedding is not None:
-            is_mask = (input_ids == self.config.mask_token_id)[..., None]
-            e = torch.where(is_mask, self.mask_embedding.to(e.dtype), e)
-        return e
+        if self._embed.device != device:
+            self._embed = self._embed.to(device)
+        mask_id = self.config.mask_token_id if self.mask_embedding is not None else -1
+        return self._embed, self.mask_embedding, mask_id
 
     def to_target_ids(self, draft_ids: torch.Tensor) -> torch.Tensor:
         """Map draft-vocabulary ids to target ids through ``d2t`` offsets."""
@@ -177,19 +178,18 @@ class Drafter(nn.Module):
                              f"for input_ids {tuple(input_ids.shape)}")
         window = self.config.sliding_window
         fresh = fresh and attn_mask is None and (window is None or input_ids.shape[1] <= window)
-        ctx = make_context(positions, cache, slot_mapping, attn_mask, window=None if fresh else window, fresh=fresh)
         if self._inv_freq.device != positions.device:
             self._inv_freq = self._inv_freq.to(positions.device)
-        cos, sin = rope_cos_sin(self._inv_freq, positions, self.dtype)
+        ctx, cos, sin, emb = start_forward(layer_fn, input_ids, positions, cache, slot_mapping, attn_mask,
+                                           None if fresh else window, fresh, self._inv_freq, self.dtype,
+                                           *self._embedding_args(input_ids.device))
         run = layer_fn or call_layer
-        x, delta = run(self.layers[0], self.embed(input_ids), hidden.to(self.dtype), cos, sin, ctx.layer(0))
+        x, delta = run(self.layers[0], emb, hidden.to(self.dtype), cos, sin, ctx.layer(0))
         for i, layer in enumerate(self.layers[1:], start=1):
             _, x, delta = run(layer, x, delta, cos, sin, ctx.layer(i))
-        x = x + delta
-        logits = None
-        if return_logits:
-            rows = x if logits_rows is None else torch.gather(x, 1, logits_rows[..., None].expand(-1, -1, x.shape[-1]))
-            logits = self.lm_head(self.norm(rows)).float()
+        logits, x = (getattr(run, "epilogue", None) or forward_epilogue)(
+            x, delta, logits_rows, self.norm.weight, self.norm.eps, self.lm_head.weight if return_logits else None,
+            False)
         return DrafterOutput(logits, x)
 
 

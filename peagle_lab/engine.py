@@ -51,7 +51,7 @@ from .config import SpecConfig, check_int
 from .drafter import Drafter, check_drafter_fits
 from .drafting import DraftResult, run_drafter
 from .kernels.backend import resolve as resolve_backend
-from .models.llama import LlamaModel, call_layer, fuse_projections
+from .models.llama import LlamaModel, call_layer, forward_epilogue, forward_prologue, fuse_projections
 
 
 @dataclass(frozen=True)
@@ -205,6 +205,34 @@ def compiled(fn):
     return torch.compile(fn, fullgraph=True, dynamic=True, options={"combo_kernels": COMBO_KERNELS})
 
 
+class CompiledForward:
+    """The engine's ``layer_fn``: each decoder layer compiled (:func:`compiled` of ``call_layer``), and
+    with ``edges`` the work around the layers too.
+
+    ``LlamaModel.forward`` and ``Drafter.forward`` call it for every layer, and take its
+    ``prologue`` and ``epilogue`` when they are not None: the attention mask, KV slots, ``kv_len``,
+    rope and embeddings before the first layer (``models.llama.forward_prologue``, for calls that
+    read the cache through a mask: decode steps and later prefill chunks), and the last residual
+    add, final norm, row pick and lm_head after the last (``forward_epilogue``). Eagerly those are
+    some twenty-five small kernels a forward, which a CUDA graph replays one by one; compiled they
+    are a few (``SpecConfig.compile_edges``). EAGLE-3 runs them once per drafter pass, P-EAGLE once a step.
+    """
+
+    def __init__(self, edges: bool) -> None:
+        self.layer = compiled(call_layer)
+        self.prologue = compiled(forward_prologue) if edges else None
+        self.epilogue = compiled(forward_epilogue) if edges else None
+
+    def __call__(self, layer, *args):
+        return self.layer(layer, *args)
+
+
+@functools.cache
+def compiled_forward(edges: bool) -> CompiledForward:
+    """The :class:`CompiledForward` of every engine in this process (its compiled code is shared)."""
+    return CompiledForward(edges)
+
+
 def decode_attention_fn(choice: str, device: torch.device):
     """The decode steps' attention for ``SpecConfig.decode_attention``: a kernel function, or None (SDPA).
 
@@ -297,7 +325,7 @@ class SpecDecoder:
         # ``compile_prefill`` is True (the default with compile): its first chunk attends through
         # SDPA's causal kernel, so what a compiled layer fuses is the norms, rope and MLP
         # elementwise work (on the H200, random SmolLM2 weights: ``scripts/gpu/prefill_batch_gpu.py``).
-        self._layer_fn = compiled(call_layer) if self.compiled else None
+        self._layer_fn = compiled_forward(config.compile_edges) if self.compiled else None
         self.compile_prefill = self.compiled
         self.decode_attention = decode_attention_fn(config.decode_attention, self.device)
         self._graphs = CudaGraphs()

@@ -12,7 +12,7 @@ import torch
 from peagle_lab import step
 from peagle_lab.config import SpecConfig
 from peagle_lab.engine import SpecDecoder, compiled
-from peagle_lab.models.llama import call_layer
+from peagle_lab.models.llama import call_layer, forward_epilogue, forward_prologue
 from peagle_lab.testing import tiny_drafter, tiny_target
 
 PROMPTS = [[5, 6, 7, 8, 9], [10, 11, 12], [3, 1, 4, 1, 5, 9, 2, 6, 5], [42]]
@@ -55,7 +55,11 @@ def test_compiled_functions_are_shared_by_every_engine(target):
     assert compiled(call_layer) is compiled(call_layer)
     a = SpecDecoder(target, None, SpecConfig(method="baseline", compile="on"))
     b = SpecDecoder(target, None, SpecConfig(method="baseline", compile="on"))
-    assert a._layer_fn is b._layer_fn is compiled(call_layer)
+    assert a._layer_fn is b._layer_fn
+    assert a._layer_fn.layer is compiled(call_layer)
+    assert a._layer_fn.prologue is compiled(forward_prologue) and a._layer_fn.epilogue is compiled(forward_epilogue)
+    c = SpecDecoder(target, None, SpecConfig(method="baseline", compile="on", compile_edges=False))
+    assert c._layer_fn.layer is compiled(call_layer) and c._layer_fn.prologue is c._layer_fn.epilogue is None
     assert SpecDecoder(target, None, SpecConfig(method="baseline")).compiled is False  # auto: off on a CPU
 
 

@@ -159,3 +159,72 @@ def test_a_windowed_mask_sees_the_last_w_positions_only():
     assert torch.equal(attention_mask(pos, pos, window=5), attention_mask(pos, pos))
     explicit = torch.ones(1, 1, 5, 5, dtype=torch.bool)  # a training mask is taken as it is
     assert torch.equal(make_context(pos, None, None, explicit, window=2).mask, explicit)
+
+
+class _EdgeRunner:
+    """A ``layer_fn`` with the engine's CompiledForward attributes, uncompiled: the routing alone."""
+
+    def __init__(self, calls: list):
+        from peagle_lab.models import llama
+
+        self.calls = calls
+        self.prologue = lambda *a: calls.append("prologue") or llama.forward_prologue(*a)
+        self.epilogue = lambda *a: calls.append("epilogue") or llama.forward_epilogue(*a)
+
+    def __call__(self, layer, *args):
+        from peagle_lab.models.llama import call_layer
+
+        return call_layer(layer, *args)
+
+
+@pytest.mark.parametrize("method", ["target", "eagle3", "peagle"])
+def test_forward_edges_give_the_eager_forward_bit_for_bit(method):
+    """A layer_fn with prologue/epilogue (SpecConfig.compile_edges) computes what the eager forward does:
+    the target's and both drafters' decode calls over a cache, with the P-EAGLE mask token and a window."""
+    from dataclasses import replace
+
+    import torch.nn.functional as F
+
+    from peagle_lab.config import DrafterConfig
+    from peagle_lab.drafter import Drafter
+
+    torch.manual_seed(0)
+    target = tiny_target()
+    model = target
+    if method != "target":  # a window of 3 reaches into the cache
+        model = Drafter(replace(DrafterConfig.for_target(target.config, method, 2), sliding_window=3))
+        model.reset_parameters(std=0.05, generator=torch.Generator().manual_seed(1))
+        model.attach_embeddings(target.embed_tokens.weight).eval()
+    seen = []  # each call's kv_len, through a decode attention that records it
+
+    def decode(q, k, v, mask, kv_len):
+        seen.append(kv_len.tolist())
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+    cache_a, cache_b = model.allocate_cache(2, 12), model.allocate_cache(2, 12)
+    cache_a.decode_attention = cache_b.decode_attention = decode
+    ids = torch.randint(0, target.config.vocab_size, (2, 4))
+    if method == "peagle":
+        ids[:, 2:] = model.config.mask_token_id
+    pos = torch.tensor([[3, 4, 5, 6], [0, 1, 2, 3]])
+    slots = torch.tensor([[3, 4, 5, -1], [12, 13, 14, 15]])
+    rows = torch.tensor([[1, 2], [0, 3]])
+    calls: list = []
+    outs = []
+    for cache, fn in ((cache_a, None), (cache_b, _EdgeRunner(calls))):
+        for k in range(len(cache.k)):  # the same stale keys in both caches
+            g = torch.Generator().manual_seed(k)
+            cache.k[k].copy_(torch.randn(cache.k[k].shape, generator=g))
+            cache.v[k].copy_(torch.randn(cache.v[k].shape, generator=g))
+        with torch.inference_mode():
+            if method == "target":
+                out = model(ids, pos, cache=cache, slot_mapping=slots, logits_rows=rows, layer_fn=fn)
+            else:
+                hidden = torch.randn(2, 4, target.config.hidden_size, generator=torch.Generator().manual_seed(9))
+                out = model(ids, hidden, pos, cache=cache, slot_mapping=slots, logits_rows=rows, layer_fn=fn)
+        outs.append(out)
+    assert calls == ["prologue", "epilogue"]
+    half = len(seen) // 2
+    assert seen[:half] == seen[half:] and seen[0] == [7, 4]  # the largest position + 1 of each request
+    assert torch.equal(outs[0].logits, outs[1].logits)
+    assert torch.equal(outs[0].hidden, outs[1].hidden)
+    assert torch.equal(cache_a.kv, cache_b.kv)

@@ -62,8 +62,8 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
                         "finish (default 0: static batches of c)")
     p.add_argument("--refill-divisor", type=int, metavar="D",
                    help="with --continuous: admit new requests once about c / D rows are free (default 4)")
-    p.add_argument("--no-compact-rows", action="store_true", help="static batches keep every row to the end "
-                   "(default: they shrink as requests finish, SpecConfig.compact_rows)")
+    p.add_argument("--no-compile-edges", action="store_true", help="compile layers only (SpecConfig.compile_edges)")
+    p.add_argument("--no-compact-rows", action="store_true", help="keep static rows to the end (SpecConfig.compact_rows)")
     p.add_argument("--temperature", type=float, help="0 = greedy (default); >0 = rejection sampling")
     p.add_argument("--stop-at-eos", action="store_true", help="stop requests at EOS (default: fixed length)")
     p.add_argument("--seed", type=int)
@@ -125,6 +125,8 @@ def sweep_config(args) -> SweepConfig:
         values["cuda_graphs"] = False
     if args.no_compact_rows:
         values["compact_rows"] = False
+    if args.no_compile_edges:
+        values["compile_edges"] = False
     parse_window(getattr(args, "draft_window", None), "--draft-window")  # a bad value fails before the model loads
     if args.prefill_graphs and args.eager_prefill:
         raise ValueError("--prefill-graphs and --eager-prefill exclude each other")

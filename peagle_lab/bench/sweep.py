@@ -62,6 +62,7 @@ class SweepConfig:
     prefill_graphs: bool | str = "auto"  # SpecConfig.prefill_graphs: "auto" = graphed where CUDA graphs run
     first_draft_graphs: bool = True  # SpecConfig.first_draft_graphs: False drafts the first draft eagerly
     compile: str = "auto"  # torch.compile the decode step: "auto" (on CUDA), "on" or "off"
+    compile_edges: bool = True  # SpecConfig.compile_edges: with compile, the work around the layers too
     # SpecConfig.decode_attention: "auto" (the kernel for T > 1 on CUDA), "triton" or "sdpa"
     decode_attention: str = "auto"
     kernel_backend: str = "auto"  # draft-batch kernels: "auto" (Triton on CUDA), "torch" or "triton"
@@ -317,7 +318,8 @@ def _cell(target, drafters: dict, cell: Cell, prompts: list[Prompt], cfg: SweepC
                       max_new_tokens=cfg.max_new_tokens, seed=cfg.seed, cuda_graphs=cfg.cuda_graphs,
                       prefill_graphs=cfg.prefill_graphs, first_draft_graphs=cfg.first_draft_graphs,
                       compile=cfg.compile, kernel_backend=cfg.kernel_backend, decode_attention=cfg.decode_attention,
-                      refill_divisor=cfg.refill_divisor, compact_rows=cfg.compact_rows)
+                      refill_divisor=cfg.refill_divisor, compact_rows=cfg.compact_rows,
+                      compile_edges=cfg.compile_edges)
     engine = SpecDecoder(target, drafters.get(cell.method), spec)
     try:
         # caches sized once: no timed pass regrows them (and drops graphs); continuous batching keeps a spare block

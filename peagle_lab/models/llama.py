@@ -124,10 +124,16 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # Normalise in float32 like the reference implementations, then cast back; F.rms_norm
-        # is one fused kernel on CUDA where the spelled-out form is four.
-        xf = F.rms_norm(x.float(), (x.shape[-1],), eps=self.eps)
-        return self.weight * xf.to(x.dtype)
+        return rms_norm(x, self.weight, self.eps)
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """:class:`RMSNorm` as a function of its weight (the compiled forward edges call it).
+
+    Normalises in float32 like the reference implementations, then casts back; ``F.rms_norm``
+    is one fused kernel on CUDA where the spelled-out form is four.
+    """
+    return weight * F.rms_norm(x.float(), (x.shape[-1],), eps=eps).to(x.dtype)
 
 
 @dataclass
@@ -161,12 +167,21 @@ class KVCache:
         kv = torch.zeros((2 * num_layers, max_batch * max_len + 1, num_kv_heads, head_dim), dtype=dtype,
                          device=device)
         # one select view per tensor (unbind's multi-output views may not be written in grad mode)
-        return cls([kv[i] for i in range(num_layers)], [kv[num_layers + i] for i in range(num_layers)],
-                   max_batch, max_len, kv=kv)
+        cache = cls([kv[i] for i in range(num_layers)], [kv[num_layers + i] for i in range(num_layers)],
+                    max_batch, max_len, kv=kv)
+        cache.key_positions()  # made now, outside any CUDA graph capture
+        return cache
 
     @property
     def trash_slot(self) -> int:
         return self.max_batch * self.max_len
+
+    def key_positions(self) -> torch.Tensor:
+        """``arange(max_len)`` on the cache's device, made once: a key's position in its request's block."""
+        pos = getattr(self, "_key_positions", None)
+        if pos is None:
+            pos = self._key_positions = torch.arange(self.max_len, device=self.k[0].device)
+        return pos
 
     def slots(self, slot_mapping: torch.Tensor) -> torch.Tensor:
         """Flat slots with ``-1`` redirected to the trash row (computed once per forward)."""
@@ -474,13 +489,81 @@ def make_context(positions: torch.Tensor, cache: KVCache | None, slot_mapping: t
         return AttnContext(None, None, attention_mask(positions, positions, window=window))
     if slot_mapping is None:
         raise ValueError("slot_mapping is required when a KV cache is given")
-    kv_pos = torch.arange(cache.max_len, device=positions.device).expand(positions.shape[0], -1)
-    kv_len = None
-    if getattr(cache, "decode_attention", None) is not None:  # stand-in caches have none
-        # A query at position p sees keys 0..p: none of request b's queries looks past its
-        # largest position, so the decode kernel need not walk the rest of the cache block.
-        kv_len = (positions.amax(-1) + 1).clamp(max=cache.max_len).to(torch.int32)
-    return AttnContext(cache, slot_mapping, attention_mask(positions, kv_pos, window=window), kv_len=kv_len)
+    if not isinstance(cache, KVCache):  # a stand-in cache (the EAGLE-3 trainer's): a mask only
+        kv_pos = torch.arange(cache.max_len, device=positions.device).expand(positions.shape[0], -1)
+        return AttnContext(cache, slot_mapping, attention_mask(positions, kv_pos, window=window))
+    mask, slots, kv_len = cached_context(positions, slot_mapping, cache.key_positions(), cache.trash_slot, window,
+                                         cache.decode_attention is not None)
+    return AttnContext(cache, slot_mapping, mask, slots=slots, kv_len=kv_len)
+
+
+def cached_context(positions: torch.Tensor, slot_mapping: torch.Tensor, key_positions: torch.Tensor,
+                   trash_slot: int, window: int | None, with_kv_len: bool):
+    """The tensors of a call over our ``KVCache``: (mask [c, 1, T, S], flat slots [c*T], kv_len [c] or None).
+
+    ``key_positions`` is ``KVCache.key_positions()``; ``-1`` slots go to ``trash_slot``. ``kv_len``
+    (with the cache's decode attention): a query at position p sees keys 0..p, so none of request
+    b's queries looks past its largest position and the decode kernel need not walk the rest of the block.
+    """
+    mask = attention_mask(positions, key_positions.expand(positions.shape[0], -1), window=window)
+    slots = torch.where(slot_mapping < 0, trash_slot, slot_mapping).reshape(-1)
+    kv_len = (positions.amax(-1) + 1).clamp(max=key_positions.shape[0]).to(torch.int32) if with_kv_len else None
+    return mask, slots, kv_len
+
+
+def embed_ids(ids: torch.Tensor, table: torch.Tensor, dtype: torch.dtype, mask_embedding: torch.Tensor | None = None,
+              mask_token_id: int = -1) -> torch.Tensor:
+    """Rows of ``table`` for ``ids`` in ``dtype``; with ``mask_embedding``, that row wherever ``ids == mask_token_id``."""
+    e = F.embedding(ids, table).to(dtype)
+    if mask_embedding is not None:
+        e = torch.where((ids == mask_token_id)[..., None], mask_embedding.to(dtype), e)
+    return e
+
+
+def forward_prologue(ids, positions, slot_mapping, key_positions, trash_slot: int, window: int | None,
+                     with_kv_len: bool, inv_freq, dtype, table, mask_embedding=None, mask_token_id: int = -1):
+    """What a forward over our ``KVCache`` makes before its first layer (no ``attn_mask``, not fresh), as
+    tensors: (x, mask, slots, kv_len, cos, sin), from :func:`embed_ids`, :func:`cached_context` and
+    :func:`rope_cos_sin`. Eagerly that is some twenty small kernels; the engine compiles it as one
+    region (``SpecConfig.compile_edges``, see :class:`~peagle_lab.engine.CompiledForward`)."""
+    mask, slots, kv_len = cached_context(positions, slot_mapping, key_positions, trash_slot, window, with_kv_len)
+    cos, sin = rope_cos_sin(inv_freq, positions, dtype)
+    return embed_ids(ids, table, dtype, mask_embedding, mask_token_id), mask, slots, kv_len, cos, sin
+
+
+def forward_epilogue(x, delta, rows, norm_weight, eps: float, lm_weight, norm_first: bool):
+    """What a forward does after its last layer: (float32 logits or None, hidden).
+
+    ``x + delta`` is the last layer's output (see ``Block.forward_deferred``). ``norm_first`` (the
+    target): the final norm, then ``rows`` [c, m] picked (None: all), then the lm_head; hidden is
+    the normed state. Otherwise (a drafter): rows picked, then norm and lm_head; hidden is the
+    pre-norm state EAGLE-3 feeds back. ``lm_weight`` None skips the logits.
+    """
+    x = x + delta
+    if norm_first:
+        x = rms_norm(x, norm_weight, eps)
+    if lm_weight is None:
+        return None, x
+    picked = x if rows is None else torch.gather(x, 1, rows[..., None].expand(-1, -1, x.shape[-1]))
+    if not norm_first:
+        picked = rms_norm(picked, norm_weight, eps)
+    return F.linear(picked, lm_weight).float(), x
+
+
+def start_forward(layer_fn, ids, positions, cache, slot_mapping, attn_mask, window, fresh: bool, inv_freq, dtype,
+                  table, mask_embedding=None, mask_token_id: int = -1):
+    """(context, cos, sin, x) for a forward: through ``layer_fn.prologue`` when it has one (the engine's
+    compiled edges) and the call reads our ``KVCache`` through a mask, else eagerly."""
+    prologue = getattr(layer_fn, "prologue", None)
+    if prologue is not None and isinstance(cache, KVCache) and slot_mapping is not None and attn_mask is None \
+            and not fresh:
+        x, mask, slots, kv_len, cos, sin = prologue(ids, positions, slot_mapping, cache.key_positions(),
+                                                    cache.trash_slot, window, cache.decode_attention is not None,
+                                                    inv_freq, dtype, table, mask_embedding, mask_token_id)
+        return AttnContext(cache, slot_mapping, mask, slots=slots, kv_len=kv_len), cos, sin, x
+    ctx = make_context(positions, cache, slot_mapping, attn_mask, window=window, fresh=fresh)
+    cos, sin = rope_cos_sin(inv_freq, positions, dtype)
+    return ctx, cos, sin, embed_ids(ids, table, dtype, mask_embedding, mask_token_id)
 
 
 def rope_cos_sin(inv_freq: torch.Tensor, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
@@ -582,9 +665,11 @@ class LlamaModel(nn.Module):
         if slot_mapping is not None and slot_mapping.shape != input_ids.shape:
             raise ValueError(f"slot_mapping {tuple(slot_mapping.shape)} must match input_ids "
                              f"{tuple(input_ids.shape)}")
-        ctx = make_context(positions, cache, slot_mapping, attn_mask, fresh=fresh)
-        cos, sin = self.rope(positions)
-        x, delta = self.embed_tokens(input_ids), None
+        if self._inv_freq.device != positions.device:
+            self._inv_freq = self._inv_freq.to(positions.device)
+        ctx, cos, sin, x = start_forward(layer_fn, input_ids, positions, cache, slot_mapping, attn_mask, None, fresh,
+                                         self._inv_freq, self.dtype, self.embed_tokens.weight)
+        delta = None
         taps_at = self.config.taps
         taps = []
         for i, layer in enumerate(self.layers):
@@ -593,10 +678,6 @@ class LlamaModel(nn.Module):
                 taps.append(h)  # layer i's input
         # Repeated tap ids (tiny models) are legal; keep their order.
         tap_list = [taps[sorted(set(taps_at)).index(k)] for k in taps_at] if return_taps else None
-        x = self.norm(x + delta)
-        logits = None
-        if return_logits:
-            rows = x if logits_rows is None else torch.gather(
-                x, 1, logits_rows[..., None].expand(-1, -1, x.shape[-1]))
-            logits = self.lm_head(rows).float()
+        logits, x = (getattr(layer_fn, "epilogue", None) or forward_epilogue)(
+            x, delta, logits_rows, self.norm.weight, self.norm.eps, self.lm_head.weight if return_logits else None, True)
         return TargetOutput(logits, torch.cat(tap_list, -1) if return_taps else None, x)
