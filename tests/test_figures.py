@@ -221,6 +221,22 @@ def test_k_scaling_figure_draws_every_k_of_the_committed_sweep():
         k_scaling_figure(bench, "long")
 
 
+def test_k_scaling_figure_of_the_full_sweep_draws_our_plain_line_not_the_reference():
+    import json
+    from pathlib import Path
+
+    from peagle_lab.lab.figures import k_scaling_figure
+
+    bench = json.loads((Path(__file__).parents[1] / "docs/results/h200/bench.json").read_text())
+    fig = k_scaling_figure(bench, "chat", (1, 64))
+    ours = {r["concurrency"]: r["tps"] for r in bench["rows"] if r["workload"] == "chat"
+            and r["method"] == "baseline" and r.get("source", "peagle_lab") == "peagle_lab"}
+    assert [s.y0 for s in fig.layout.shapes] == [ours[1], ours[64]]  # the reference row is left out
+    ks = sorted(r["k"] for r in bench["rows"] if r["workload"] == "chat" and r["method"] == "eagle3"
+                and r["concurrency"] == 64 and r.get("source", "peagle_lab") == "peagle_lab")
+    assert list(next(t for t in fig.data if t.name == "EAGLE-3" and t.xaxis == "x2").x) == ks
+
+
 def test_engines_figure_draws_both_engines_of_the_committed_comparison():
     import json
     from pathlib import Path

@@ -492,13 +492,15 @@ def k_scaling_figure(bench: Mapping, workload: str = "chat", concurrencies: Sequ
     time per step: EAGLE-3 pays one drafter pass per draft token, P-EAGLE one pass for all K.
 
     Args:
-        bench: a ``bench.json`` document (``peagle-lab bench``) whose rows sweep K.
+        bench: a ``bench.json`` document (``peagle-lab bench``) whose rows sweep K (the full sweep's
+            ``docs/results/h200/bench.json`` does at c = 1 and 64); reference rows are left out.
         workload: the workload to draw.
         concurrencies: the columns.
     """
     from plotly.subplots import make_subplots
 
-    rows = [r for r in bench["rows"] if r["workload"] == workload and r["temperature"] == 0]
+    rows = [r for r in bench["rows"] if r["workload"] == workload and r["temperature"] == 0
+            and r.get("source", "peagle_lab") == "peagle_lab"]  # a full sweep also holds transformers' reference
     if not rows:
         raise ValueError(f"no temperature-0 rows for workload {workload!r} in this bench document")
     fig = make_subplots(rows=2, cols=len(concurrencies), shared_xaxes=True, vertical_spacing=0.08,

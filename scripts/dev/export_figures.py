@@ -5,7 +5,7 @@ committed results; it is written to HTML with plotly.js inlined and photographed
 Chromium through Playwright (the browser test's set-up: ``bash scripts/dev/install_browser.sh``).
 
 Usage (from the repository root):
-    .venv/bin/python scripts/dev/export_figures.py [--out docs/images]
+    .venv/bin/python scripts/dev/export_figures.py [--out docs/images] [--only NAME ...]
 """
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ def concept_figures() -> dict:
     logits = torch.nn.functional.one_hot(target_choice, 10).float()
     results = json.loads((REPO / "docs/results/h200/kernels.json").read_text())
     training = json.loads((REPO / "docs/results/h200/training/results.json").read_text())
-    k_sweep = json.loads((REPO / "docs/results/h200/k_scaling/bench.json").read_text())
+    k_sweep = json.loads((REPO / "docs/results/h200/bench.json").read_text())  # the full sweep: K 1-8 at c = 1 and 64
     return {
         "training_curves_h200": figures.learning_curve_figure(training),
         "acceptance_vs_k_h200": figures.acceptance_vs_k_figure(training),
@@ -72,8 +72,13 @@ def export(figs: dict, out: Path, width: int = 1000) -> list[Path]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=REPO / "docs" / "images")
+    ap.add_argument("--only", nargs="+", metavar="NAME", help="export these figures only (e.g. k_scaling_chat_h200)")
     args = ap.parse_args()
-    for path in export(concept_figures(), args.out):
+    figs = concept_figures()
+    unknown = sorted(set(args.only or ()) - set(figs))
+    if unknown:
+        ap.error(f"--only {' '.join(unknown)}: no such figure; the figures are {', '.join(figs)}")
+    for path in export({k: v for k, v in figs.items() if not args.only or k in args.only}, args.out):
         print(path)
 
 
