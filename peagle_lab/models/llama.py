@@ -185,7 +185,7 @@ class KVCache:
 
     def slots(self, slot_mapping: torch.Tensor) -> torch.Tensor:
         """Flat slots with ``-1`` redirected to the trash row (computed once per forward)."""
-        return torch.where(slot_mapping < 0, self.trash_slot, slot_mapping).reshape(-1)
+        return flat_slots(slot_mapping, self.trash_slot)
 
     def write(self, layer: int, slot_mapping: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         """Write ``k``/``v`` [N, n_kv, hd] to flat slots [N]; ``-1`` slots write nothing."""
@@ -198,6 +198,11 @@ class KVCache:
     def read(self, layer: int, c: int) -> tuple[torch.Tensor, torch.Tensor]:
         """K/V of requests ``0..c-1`` as ``[c, n_kv, max_len, hd]``."""
         return read_kv(self.k[layer], self.v[layer], c, self.max_len)
+
+
+def flat_slots(slot_mapping: torch.Tensor, trash_slot: int) -> torch.Tensor:
+    """``slot_mapping`` flattened, with ``-1`` (write nothing) sent to ``trash_slot`` (:meth:`KVCache.slots`)."""
+    return torch.where(slot_mapping < 0, trash_slot, slot_mapping).reshape(-1)
 
 
 def write_kv(k_cache: torch.Tensor, v_cache: torch.Tensor, slots: torch.Tensor, k: torch.Tensor,
@@ -506,7 +511,7 @@ def cached_context(positions: torch.Tensor, slot_mapping: torch.Tensor, key_posi
     b's queries looks past its largest position and the decode kernel need not walk the rest of the block.
     """
     mask = attention_mask(positions, key_positions.expand(positions.shape[0], -1), window=window)
-    slots = torch.where(slot_mapping < 0, trash_slot, slot_mapping).reshape(-1)
+    slots = flat_slots(slot_mapping, trash_slot)
     kv_len = (positions.amax(-1) + 1).clamp(max=key_positions.shape[0]).to(torch.int32) if with_kv_len else None
     return mask, slots, kv_len
 
@@ -609,11 +614,11 @@ class LlamaModel(nn.Module):
         """Rebuild the RoPE frequencies from the config (after building the model on "meta")."""
         self._inv_freq = rope_inv_freq(self.config)
 
-    def rope(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos/signed sin ``[c, T, 1, hd]`` for ``positions`` [c, T] in the model's dtype."""
-        if self._inv_freq.device != positions.device:
-            self._inv_freq = self._inv_freq.to(positions.device)
-        return rope_cos_sin(self._inv_freq, positions, self.dtype)
+    def rope_frequencies(self, device: torch.device) -> torch.Tensor:
+        """The RoPE inverse frequencies (float32) on ``device``, moved there once (:func:`rope_cos_sin` takes them)."""
+        if self._inv_freq.device != device:
+            self._inv_freq = self._inv_freq.to(device)
+        return self._inv_freq
 
     def fuse_projections(self) -> "LlamaModel":
         """Fuse q/k/v and gate/up into one matrix product each (inference; see FusedLinear)."""
@@ -665,10 +670,8 @@ class LlamaModel(nn.Module):
         if slot_mapping is not None and slot_mapping.shape != input_ids.shape:
             raise ValueError(f"slot_mapping {tuple(slot_mapping.shape)} must match input_ids "
                              f"{tuple(input_ids.shape)}")
-        if self._inv_freq.device != positions.device:
-            self._inv_freq = self._inv_freq.to(positions.device)
         ctx, cos, sin, x = start_forward(layer_fn, input_ids, positions, cache, slot_mapping, attn_mask, None, fresh,
-                                         self._inv_freq, self.dtype, self.embed_tokens.weight)
+                                         self.rope_frequencies(positions.device), self.dtype, self.embed_tokens.weight)
         delta = None
         taps_at = self.config.taps
         taps = []
