@@ -124,10 +124,13 @@ def test_magpie_accounts_for_every_sample():
 
 
 def test_domains_are_spread_by_weight_and_seeded():
-    names = assign_domains(80, MAGPIE_DOMAINS, seed=4)
     weights = {name: w for name, _, w in MAGPIE_DOMAINS}
-    assert Counter(names) == {name: 80 * w // sum(weights.values()) for name, w in weights.items()}
-    assert names == assign_domains(80, MAGPIE_DOMAINS, seed=4) != assign_domains(80, MAGPIE_DOMAINS, seed=5)
+    assert len(weights) == len(MAGPIE_DOMAINS)  # domain names are unique (the data card counts by name)
+    n = 10 * sum(weights.values())  # divides exactly: every domain gets 10 samples per unit of weight
+    names = assign_domains(n, MAGPIE_DOMAINS, seed=4)
+    assert Counter(names) == {name: 10 * w for name, w in weights.items()}
+    assert names == assign_domains(n, MAGPIE_DOMAINS, seed=4) != assign_domains(n, MAGPIE_DOMAINS, seed=5)
+    assert sorted(assign_domains(7, (("a", None, 2), ("b", None, 1)), seed=0)) == ["a"] * 5 + ["b"] * 2
     assert len(assign_domains(4, MAGPIE_DOMAINS, seed=0)) == 4
 
 

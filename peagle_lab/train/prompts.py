@@ -58,6 +58,19 @@ MAGPIE_DOMAINS = (
                 "language.", 1),
     ("everyday", "You are a practical assistant for everyday life: cooking, travel, health, money, home and "
                  "planning.", 1),
+    # added for the ninth training session: on the chat workload the shipped P-EAGLE head accepted least on
+    # explanatory prose about history, society and technology (AL 2.1-2.4 at K = 8 against 3.2-3.7 on code,
+    # math and writing; docs/training.md), topics the domains above barely steer users towards
+    ("humanities", "You are a humanities tutor. People ask about history, philosophy, literature, art, economics, "
+                   "law and society, and want well-organised explanations.", 1),
+    ("technology", "You are an engineer who explains technology: computers, networks, energy, machines, medicine "
+                   "and how things are built and work.", 1),
+    ("reasoning", "You are a careful problem solver. People bring you logic puzzles, riddles, estimates and "
+                  "questions that need step-by-step reasoning.", 1),
+    ("roleplay", "You are an improvisation partner. Users ask you to play a character, imagine a scenario or "
+                 "answer in a role.", 1),
+    ("extraction", "You are a data assistant. Users paste a short text and ask you to pull out facts, summarise "
+                   "it, classify it or turn it into a list, a table or JSON.", 1),
 )
 
 
