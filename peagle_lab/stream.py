@@ -227,9 +227,7 @@ class StreamDecoder:
     @staticmethod
     def _view(cache: KVCache, rows: int, max_len: int) -> KVCache:
         """``cache``'s storage laid out as ``rows`` blocks of ``max_len`` (a shorter bucket's block)."""
-        n = rows * max_len + 1  # the last row is the trash row
-        kv = None if cache.kv is None else cache.kv[:, :n]
-        return KVCache([t[:n] for t in cache.k], [t[:n] for t in cache.v], rows, max_len, kv=kv)
+        return cache.view(rows, max_len)
 
     # ------------------------------------------------------------------ the step
     def _pick(self, logits: torch.Tensor, keys: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:

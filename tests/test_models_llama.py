@@ -6,6 +6,7 @@ import torch
 
 from peagle_lab.models.checkpoints import config_to_hf, state_dict_to_hf
 from peagle_lab.models.llama import KVCache, LlamaConfig
+from peagle_lab.stream import StreamDecoder
 from peagle_lab.testing import tiny_target
 
 transformers = pytest.importorskip("transformers")
@@ -128,6 +129,23 @@ def test_slot_mapping_minus_one_writes_nothing():
     before = cache.k[0][:8].clone()
     cache.write(0, torch.tensor([-1, -1, -1]), k * 10, k * 10)
     assert torch.equal(cache.k[0][:8], before)
+
+
+def test_a_view_reads_the_storage_and_shares_its_key_positions():
+    # a CUDA graph captured through one view is replayed for later views of the same shape: whatever the graph
+    # reads must outlive the view (a view's own arange, freed with it, crashed the data generator on the H200)
+    cache = KVCache.allocate(num_layers=2, max_batch=4, max_len=8, num_kv_heads=1, head_dim=2,
+                             dtype=torch.float32, device="cpu")
+    view = cache.view(2, 12)
+    assert (view.max_batch, view.max_len, view.trash_slot) == (2, 12, 24)
+    assert view.key_positions().tolist() == list(range(12))
+    assert view.key_positions().data_ptr() == cache.key_positions().data_ptr()
+    assert view.positions is cache.positions and view.kv.data_ptr() == cache.kv.data_ptr()
+    view.write(1, torch.tensor([[13]]), torch.ones(1, 1, 2), -torch.ones(1, 1, 2))
+    assert cache.k[1][13].tolist() == [[1.0, 1.0]] and cache.v[1][13].tolist() == [[-1.0, -1.0]]
+    assert torch.equal(StreamDecoder._view(cache, 2, 12).key_positions(), view.key_positions())
+    with pytest.raises(ValueError, match="needs 34 rows; the storage has 33"):
+        cache.view(3, 11)
 
 
 def test_shape_errors_are_clear():

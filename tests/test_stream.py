@@ -139,3 +139,21 @@ def test_graphed_decoding_equals_eager_on_cuda(temperature):
     assert graphed.tokens == eager.tokens
     s = graphed.stats  # each capture is counted inside the timer it ran under, so a step's time stays positive
     assert 0 < s.warmup_s < s.decode_s and s.prefill_warmup_s > 0
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_a_graph_stays_valid_for_later_views_of_its_block_on_cuda():
+    # each call lays the cache out as fresh views; the step graph captured through the first call's view is
+    # replayed for the later ones, so what it reads must outlive that view (27c3bc5 crashed the data generator)
+    target = tiny_target().cuda()
+    graphed, eager = StreamDecoder(target, concurrency=8, sync_every=3), StreamDecoder(target, concurrency=8,
+                                                                                      cuda_graphs=False)
+    for seed in range(3):
+        prompts = _prompts(24, seed)
+        got = graphed.generate(prompts, 16, EOS).tokens
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()  # memory freed with the last view goes back to the driver
+        junk = [torch.full((n,), 1 << 40, dtype=torch.long, device="cuda") for n in (64, 128, 512) for _ in range(64)]
+        assert got == eager.generate(prompts, 16, EOS).tokens
+        del junk

@@ -158,6 +158,10 @@ class KVCache:
     # SpecConfig.decode_attention (the split-KV Triton kernel of peagle_lab.kernels.decode_attention).
     decode_attention: object = None
     kv: torch.Tensor | None = None  # the one tensor k and v are views of (allocate); None: separate tensors
+    # arange over the storage's rows, made once (allocate) and shared by every view of this storage
+    # (:meth:`view`): key_positions() is a prefix of it, so a CUDA graph captured through one view reads
+    # memory that outlives that view
+    positions: torch.Tensor | None = None
 
     @classmethod
     def allocate(cls, num_layers: int, max_batch: int, max_len: int, num_kv_heads: int,
@@ -172,16 +176,39 @@ class KVCache:
         cache.key_positions()  # made now, outside any CUDA graph capture
         return cache
 
+    def view(self, rows: int, max_len: int) -> "KVCache":
+        """This cache's storage laid out as ``rows`` blocks of ``max_len`` positions (a prefix of the rows).
+
+        The view shares the storage and the key positions (``positions``) with this cache. A CUDA graph is
+        captured through one view and replayed for later views of the same shape, so nothing the graph
+        reads may belong to the view alone: a view that made its own ``arange`` freed it when the view
+        was dropped, and the replayed graph then read whatever took that memory (an illegal memory access
+        in the data generator's greedy phase on the H200, at 27c3bc5).
+
+        Raises:
+            ValueError: ``rows * max_len + 1`` rows do not fit in this cache's storage.
+        """
+        n = rows * max_len + 1  # the last row is the trash row
+        if rows < 1 or max_len < 1 or n > self.k[0].shape[0]:
+            raise ValueError(f"a view of {rows} blocks of {max_len} positions needs {n} rows; the storage has "
+                             f"{self.k[0].shape[0]}")
+        kv = None if self.kv is None else self.kv[:, :n]
+        return KVCache([t[:n] for t in self.k], [t[:n] for t in self.v], rows, max_len, self.decode_attention, kv,
+                       self.storage_positions())
+
     @property
     def trash_slot(self) -> int:
         return self.max_batch * self.max_len
 
+    def storage_positions(self) -> torch.Tensor:
+        """``arange`` over every row of the storage, on its device, made at the first call (``allocate``)."""
+        if self.positions is None:
+            self.positions = torch.arange(self.k[0].shape[0], device=self.k[0].device)
+        return self.positions
+
     def key_positions(self) -> torch.Tensor:
-        """``arange(max_len)`` on the cache's device, made once: a key's position in its request's block."""
-        pos = getattr(self, "_key_positions", None)
-        if pos is None:
-            pos = self._key_positions = torch.arange(self.max_len, device=self.k[0].device)
-        return pos
+        """``arange(max_len)``: a key's position in its request's block (a prefix of :meth:`storage_positions`)."""
+        return self.storage_positions()[: self.max_len]
 
     def slots(self, slot_mapping: torch.Tensor) -> torch.Tensor:
         """Flat slots with ``-1`` redirected to the trash row (computed once per forward)."""
