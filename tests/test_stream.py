@@ -6,6 +6,7 @@ import torch
 
 from peagle_lab.config import SpecConfig
 from peagle_lab.engine import SpecDecoder
+from peagle_lab.models.llama import KVCache
 from peagle_lab.stream import StreamDecoder
 from peagle_lab.testing import tiny_target
 
@@ -141,11 +142,34 @@ def test_graphed_decoding_equals_eager_on_cuda(temperature):
     assert 0 < s.warmup_s < s.decode_s and s.prefill_warmup_s > 0
 
 
+
+def test_every_forward_reads_key_positions_that_the_decoders_caches_own(monkeypatch):
+    # The step and prefill graphs are captured through one view of a cache and replayed for later views, so
+    # nothing they read may belong to a view alone: at 27c3bc5 each view made its own arange of key positions,
+    # freed with the view, and the data generator's greedy phase hit an illegal memory access on the H200.
+    target = tiny_target()
+    prompts = [[5] * n for n in (3, 70, 4, 2, 90, 6, 5, 7, 3, 4, 2)]  # two block lengths, refills through scratch
+    want = _plain(target, prompts, [12] * len(prompts))
+    seen = []
+    real = KVCache.key_positions
+
+    def spy(cache):
+        out = real(cache)
+        seen.append(out.data_ptr())
+        return out
+    monkeypatch.setattr(KVCache, "key_positions", spy)
+    dec = StreamDecoder(target, concurrency=4, refill_at=1, bucket_factor=1)
+    res = dec.generate(prompts, 12, EOS)
+    assert res.tokens == want and res.stats.buckets == 2
+    owned = {real(c).data_ptr() for c in (dec._cache, dec._scratch) if c is not None}
+    assert seen and set(seen) <= owned
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_a_graph_stays_valid_for_later_views_of_its_block_on_cuda():
-    # each call lays the cache out as fresh views; the step graph captured through the first call's view is
-    # replayed for the later ones, so what it reads must outlive that view (27c3bc5 crashed the data generator)
+    # each call lays the cache out as fresh views and replays the graphs captured through the first call's;
+    # the tokens stay eager's after the allocator's cache is emptied between calls
     target = tiny_target().cuda()
     graphed, eager = StreamDecoder(target, concurrency=8, sync_every=3), StreamDecoder(target, concurrency=8,
                                                                                       cuda_graphs=False)
