@@ -58,9 +58,10 @@ MAGPIE_DOMAINS = (
                 "language.", 1),
     ("everyday", "You are a practical assistant for everyday life: cooking, travel, health, money, home and "
                  "planning.", 1),
-    # added for the ninth training session: on the chat workload the shipped P-EAGLE head accepted least on
-    # explanatory prose about history, society and technology (AL 2.1-2.4 at K = 8 against 3.2-3.7 on code,
-    # math and writing; docs/training.md), topics the domains above barely steer users towards
+    # added for the ninth training session: on the chat workload the shipped P-EAGLE head accepts least on
+    # explanatory prose about history, society and technology (AL at K = 8: humanities 2.08, STEM 2.28, the
+    # other six categories 2.66-3.55; scripts/bench/workload_categories.py, docs/training.md), topics the
+    # domains above barely steer users towards
     ("humanities", "You are a humanities tutor. People ask about history, philosophy, literature, art, economics, "
                    "law and society, and want well-organised explanations.", 1),
     ("technology", "You are an engineer who explains technology: computers, networks, energy, machines, medicine "
