@@ -224,11 +224,6 @@ class StreamDecoder:
             self._rows = _Rows(self.c, max_new, max(EOS_SLOTS, len(eos)), self.device)
         self._rows.set_eos(eos)
 
-    @staticmethod
-    def _view(cache: KVCache, rows: int, max_len: int) -> KVCache:
-        """``cache``'s storage laid out as ``rows`` blocks of ``max_len`` (a shorter bucket's block)."""
-        return cache.view(rows, max_len)
-
     # ------------------------------------------------------------------ the step
     def _pick(self, logits: torch.Tensor, keys: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """The next token after each row's ``positions``: argmax at temperature 0, else a Gumbel-max sample."""
@@ -288,11 +283,11 @@ class StreamDecoder:
 
         def fn(ids, lens, keys, dest):
             pos = torch.arange(ids.shape[1], device=dev).expand_as(ids)
-            dst = cache if direct else self._view(self._scratch, ids.shape[0], cache.max_len)
+            dst = cache if direct else self._scratch.view(ids.shape[0], cache.max_len)
             out = step.prefill(self.target, ids, pos, lens, dst, cache.max_len, taps=False, layer_fn=self._layer_fn)
             if not direct:  # the main cache as c + 1 blocks of this bucket's length, the last one spare;
                 # only the prefill's positions (< tb): a reused row's later keys are never read before rewritten
-                copy_kv_blocks(dst, self._view(self._cache, self.c + 1, cache.max_len), dest, tb)
+                copy_kv_blocks(dst, self._cache.view(self.c + 1, cache.max_len), dest, tb)
             return self._pick(out.logits[:, 0], keys, lens - 1)
 
         args = (ids, lens, keys, dest)
@@ -360,7 +355,7 @@ class StreamDecoder:
         stats, warm0, t0 = StreamStats(buckets=len(buckets)), self.warmup_s, time.perf_counter()
         timer, spans = Timer(self.device), []  # spans: the admissions' (start, end) marks
         for L, reqs in buckets:
-            if not self._bucket(self._view(self._cache, self.c, L), deque(reqs), prompts, limits, results,
+            if not self._bucket(self._cache.view(self.c, L), deque(reqs), prompts, limits, results,
                                 stats, (timer, spans), admit, on_result, progress):
                 break
         if self.device.type == "cuda":

@@ -142,7 +142,6 @@ def test_graphed_decoding_equals_eager_on_cuda(temperature):
     assert 0 < s.warmup_s < s.decode_s and s.prefill_warmup_s > 0
 
 
-
 def test_every_forward_reads_key_positions_that_the_decoders_caches_own(monkeypatch):
     # The step and prefill graphs are captured through one view of a cache and replayed for later views, so
     # nothing they read may belong to a view alone: at 27c3bc5 each view made its own arange of key positions,

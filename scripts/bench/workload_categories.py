@@ -63,8 +63,8 @@ def main() -> int:
     p.add_argument("--prompts", type=int, default=80)
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--cases", nargs="+", default=["peagle:8", "eagle3:4"], help="METHOD:K each")
-    p.add_argument("--eagle3-head", default="peagle_lab/heads/eagle3")
-    p.add_argument("--peagle-head", default="peagle_lab/heads/peagle")
+    p.add_argument("--eagle3-head", help="an EAGLE-3 head folder (default: the bundled one)")
+    p.add_argument("--peagle-head", help="a P-EAGLE head folder (default: the bundled one)")
     p.add_argument("--tiny", action="store_true", help="tiny random target and heads (a smoke run)")
     args = p.parse_args()
     try:
@@ -79,10 +79,11 @@ def main() -> int:
         heads = {m: tiny_drafter(target, m) for m in ("eagle3", "peagle")}
     else:
         from peagle_lab import load_default
+        from peagle_lab.heads import bundled_head_dir
         from peagle_lab.heads.io import load_head
         target, tok = load_default(dtype=torch.float32, device="cpu", quiet=True)
-        heads = {m: load_head(path, target) for m, path in (("eagle3", args.eagle3_head), ("peagle", args.peagle_head))
-                 if any(c[0] == m for c in cases)}
+        paths = {m: getattr(args, f"{m}_head") or str(bundled_head_dir(m)) for m, _ in cases}  # bundled by default
+        heads = {m: load_head(path, target) for m, path in paths.items()}
     prompts = load_workload(args.workload, args.prompts, tokenizer=tok)
     ids = [list(q.token_ids) for q in prompts]
     plain = SpecDecoder(target, None, SpecConfig(method="baseline", max_new_tokens=args.max_new_tokens))
@@ -93,7 +94,7 @@ def main() -> int:
     doc = {"what": "AL per prompt category along the target's greedy text (stopping at EOS), each head judged on "
                    "the same tokens (bench.forced.acceptance_on_text), float32",
            "workload": args.workload, "prompts": len(ids), "max_new_tokens": args.max_new_tokens,
-           "heads": {} if args.tiny else {m: getattr(args, f"{m}_head") for m in heads}, "cases": {}, **run_info()}
+           "heads": {} if args.tiny else paths, "cases": {}, **run_info()}
     for method, k in cases:
         t0 = time.perf_counter()
         got = category_acceptance(target, heads[method], SpecConfig(method=method, num_speculative_tokens=k), by_category)
