@@ -170,3 +170,9 @@ def test_a_warm_start_can_grow_the_draft_vocabulary(runs, tmp_path):
                           "--init-from", str(full / "head"), "--draft-vocab-size", "4", "--steps", "1",
                           "--out", str(tmp_path / "x")], env=ENV, capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and "can only grow its draft vocabulary" in bad.stderr
+
+
+def test_the_summary_times_the_first_step_and_loads_no_compile_cache_unasked(runs):
+    summary = json.loads((runs[0] / "summary.json").read_text())
+    assert 0 < summary["first_step_s"] < summary["wall_s"]
+    assert summary["compile_cache"] is None  # no --compile-cache, and an eager CPU run compiles nothing

@@ -181,6 +181,7 @@ class TrainResult:
     curve: list = field(default_factory=list)  # held-out learning-curve points
     tokens: int = 0  # target tokens trained on in this run folder (all ranks)
     tokens_per_s: float = 0.0  # training throughput after compilation (all ranks)
+    first_step_s: float | None = None  # the first step of this process, compilation included
 
 
 class Trainer:
@@ -223,6 +224,7 @@ class Trainer:
                                    loss_fraction(first), self.device, block=cuda)
         self.objective = DraftObjective(drafter, cfg.k_train)
         self.compiled = cfg.compile == "on" or (cfg.compile == "auto" and cuda)
+        self.first_step_s: float | None = None  # compilation included; set by the first step this process runs
         self._build_step_fns()
 
     # ------------------------------------------------------------------ the step
@@ -348,6 +350,8 @@ class Trainer:
             interval[1] += 1
             interval[2] += tokens
             bar.update(1)
+            if self.first_step_s is None:
+                self.first_step_s = time.monotonic() - t_loop
             if self.state.step == 1:
                 t_loop, tokens0 = time.monotonic(), self.state.tokens  # compilation ends with the first step
             if self.state.step % cfg.log_every == 0 or self.state.step == total:
@@ -373,7 +377,7 @@ class Trainer:
         tps = (self.state.tokens - tokens0) / loop_s if loop_s > 0 and self.state.step > 1 else 0.0
         result = TrainResult(self.state.step, wall, losses[0] if losses else float("nan"),
                              losses[-1] if losses else float("nan"), last, curve=list(self.state.curve),
-                             tokens=self.state.tokens, tokens_per_s=tps)
+                             tokens=self.state.tokens, tokens_per_s=tps, first_step_s=self.first_step_s)
         if cfg.eval_at_end and self.heldout and self.dist.is_main:
             result.eval = self.evaluate()
         barrier()
@@ -409,6 +413,7 @@ class Trainer:
         times = [synced_seconds(lambda: self.guarded_step(rows, None, self.seed_step(0)), self.device)
                  for _ in range(cfg.calibration_steps)]
         per_step = sorted(times[1:])[len(times[1:]) // 2]  # the median, compilation excluded
+        self.first_step_s = times[0]
         left = cfg.time_budget_s - (time.monotonic() - t_start)
         # Held-out points, log lines and checkpoints take their share too: keep 5 % in hand.
         steps = max(1, int(0.95 * left / per_step))

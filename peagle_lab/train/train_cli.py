@@ -69,6 +69,9 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--eval-max-new-tokens", type=int, default=c.eval_max_new_tokens)
     p.add_argument("--amp", default=c.amp, choices=["auto", "bf16", "off"])
     p.add_argument("--compile", default=c.compile, choices=COMPILE_MODES, help="torch.compile the step")
+    p.add_argument("--compile-cache", default=None, metavar="FILE",
+                   help="load torch.compile's caches from FILE before the first step (if it exists) and write "
+                        "what this run compiled back to it at the end: a later machine skips most compilation")
     p.add_argument("--head-dtype", default="float32", choices=["float32", "bfloat16"], help="dtype of out/head")
     p.add_argument("--tiny-examples", type=int, default=96, help="--tiny: training sequences to generate")
 
@@ -135,6 +138,7 @@ def run_train(args) -> int:
     """Train one head as ``args`` say; rank 0 writes the run folder; returns the exit status."""
     from ..devices import resolve_device
     from ..heads.io import save_head
+    from .compile_cache import load_compile_cache, save_compile_cache
     from .dist import init_distributed, shutdown
     from .evaluate import model_card, reports_from_json
     from .loop import PrintEvery, Trainer, TrainConfig
@@ -161,7 +165,14 @@ def run_train(args) -> int:
     out = Path(args.out)
     callbacks = [PrintEvery()] if args.no_progress else []
     trainer = Trainer(target, drafter, train, cfg, out, heldout, callbacks, progress=not args.no_progress, dist=dist)
+    cache = {"loaded": load_compile_cache(args.compile_cache)} if args.compile_cache and trainer.compiled else None
+    if cache and "error" in cache["loaded"]:
+        print(f"{cache['loaded']['error']}; compiling from scratch", flush=True)
     result = trainer.run(resume=args.resume)
+    if cache is not None and dist.is_main and trainer.compiled:
+        cache["saved"] = save_compile_cache(args.compile_cache)
+        print(f"compile cache: loaded {cache['loaded']['bytes']} bytes, saved {cache['saved']['bytes']} bytes "
+              f"to {args.compile_cache}", flush=True)
     if dist.is_main:
         reports = reports_from_json(result.eval.get("acceptance", []))
         this_run = {"tokens": result.tokens, "steps": result.steps, "method": args.method, "command": command_line(args)}
@@ -181,6 +192,7 @@ def run_train(args) -> int:
                            "runs": prior["runs"] + [this_run]},
             "command": command_line(args), "data": args.data, "train_examples": len(train),
             "heldout_examples": len(heldout), "data_card": card_digest(data_card),
+            "first_step_s": result.first_step_s, "compile_cache": cache,
         }
         head_dtype = torch.bfloat16 if args.head_dtype == "bfloat16" else torch.float32
         save_head(drafter, out / "head", dtype=head_dtype,

@@ -22,6 +22,9 @@
 # README with the new heads → $OUT/sweep_bench.json; SWEEP_PEAGLE / SWEEP_EAGLE3 pick other heads, SWEEP_PREVIOUS
 # adds an earlier P-EAGLE head's cells, SWEEP_BUDGET_S its time budget (300), SWEEP_PROMPTS prompts a c = 1 cell (16),
 # SWEEP_EXTRA more bench flags, e.g. "--stop-at-eos").
+# COMPILE_CACHE_IN: a folder of compile caches from an earlier session (its heads.tgz's compile_cache/, carried
+# e.g. as .stage/compile_cache): each run loads METHOD-<L>l.bin before its first step and writes its own back, so
+# the first step, which compiles (84-124 s of a 300 s budget on a fresh machine), mostly hits the cache.
 # TRAIN_EXTRA: more flags for every train run (a recipe experiment, e.g. "--cod-ratio-min 0.3": more deep COD elements).
 # SMOKE=1 DEVICE=cpu runs every stage on the tiny random target in a few minutes (checks this script).
 # Reassemble:  cat heads.tgz.part-* | tar -xzf -
@@ -102,6 +105,11 @@ mark data $t
 # ---------------------------------------------------------------- 2 train (each head alone on a GPU)
 t=$SECONDS
 COMMON=("${TGT[@]}" --device "$DEVICE" --batch-size "$BATCH" --row-len "$ROW_LEN" --seed "$SEED")
+CC=$WORK/compile_cache; mkdir -p "$CC"
+if [ -n "${COMPILE_CACHE_IN:-}" ]; then
+  cp "$COMPILE_CACHE_IN"/*.bin "$CC/" 2>/dev/null && echo "compile caches from $COMPILE_CACHE_IN: $(ls "$CC")" \
+    || echo "COMPILE_CACHE_IN=$COMPILE_CACHE_IN holds no *.bin: every run compiles from scratch"
+fi
 TRAIN=("${COMMON[@]}" --data "$WORK/data" --lr "$LR" --schedule wsd --warmup-fraction 0.03 --decay-fraction 0.25
        --log-every 50 --ckpt-every 500 --eval-every 250 --heldout-rows 32 --no-eval --no-progress)
 waves() {  # waves FUNCTION: FUNCTION INDEX GPU for every run, NGPU at a time; fails if any failed
@@ -118,6 +126,7 @@ train_one() {  # train_one INDEX GPU
   [ -z "${INITS[$1]:-}" ] || start=(--init-from "${INITS[$1]}")  # (a FLAGS --draft-vocab-size grows it)
   CUDA_VISIBLE_DEVICES=$(gpu "$2") TORCH_LOGS=recompiles "$PY" -m peagle_lab.train.cli train --method "${METHODS[$1]}" \
     --layers "${LAYERS[$1]}" "${start[@]}" --out "$WORK/runs/$n" "${TRAIN[@]}" \
+    --compile-cache "$CC/${METHODS[$1]}-${LAYERS[$1]}l.bin" \
     --time-budget-s "$TRAIN_BUDGET_S" ${TRAIN_EXTRA:-} ${FLAGS[$1]//,/ } > "$WORK/train-$n.log" 2>&1 \
     || { echo "training $n failed"; return 1; }
 }
@@ -183,6 +192,7 @@ for n in "${NAMES[@]}"; do
 done
 for n in "${EVAL_ONLY[@]}"; do EXCLUDE+=(--exclude "./heads/$n/*.safetensors"); done
 cp "$WORK"/bench-*.log "$WORK/ship/" 2>/dev/null || true
+mkdir -p "$WORK/ship/compile_cache" && cp "$CC"/*.bin "$WORK/ship/compile_cache/" 2>/dev/null || true  # the next session's COMPILE_CACHE_IN
 echo "{${STAGES%, }}" > "$WORK/ship/stage_seconds.json"
 "$PY" -m peagle_lab.train.report "$WORK/ship" --out "$WORK/ship/results.json"
 cp "$WORK/ship/results.json" "$OUT/"
