@@ -1,6 +1,7 @@
 """train.compile_cache: a blob written by one process turns another's compilation into cache hits."""
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import subprocess
@@ -41,6 +42,7 @@ def test_a_saved_cache_makes_a_fresh_process_hit_instead_of_compiling(tmp_path):
     first = child(tmp_path, "a", tmp_path / "missing.bin", blob)
     assert first["loaded"]["bytes"] == 0 and first["hits"] == 0 and first["misses"] >= 1
     assert first["saved"]["bytes"] == blob.stat().st_size > 0 and first["saved"]["artifacts"]["inductor"] >= 1
+    assert blob.read_bytes()[:2] == b"\x1f\x8b" and first["saved"]["raw_bytes"] > 0  # stored gzip-compressed
     second = child(tmp_path, "b", blob, tmp_path / "again.bin")  # another empty inductor folder
     assert second["loaded"]["bytes"] == blob.stat().st_size
     assert second["loaded"]["artifacts"] == first["saved"]["artifacts"]
@@ -58,6 +60,13 @@ def test_a_corrupt_file_loads_nothing_and_says_why(tmp_path):
     got = load_compile_cache(bad)
     assert got["bytes"] == 11 and got["artifacts"] == {}
     assert "bad.bin (11 bytes) not loaded by torch" in got["error"]
+
+
+def test_a_truncated_file_loads_nothing_and_says_why(tmp_path):
+    cut = tmp_path / "cut.bin"
+    cut.write_bytes(gzip.compress(b"x" * 1000)[:20])
+    got = load_compile_cache(cut)
+    assert got["artifacts"] == {} and "cut.bin (20 bytes) not loaded" in got["error"]
 
 
 def test_saving_when_nothing_was_compiled_writes_no_file(tmp_path):

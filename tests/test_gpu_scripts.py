@@ -118,3 +118,19 @@ def test_h200_wait_fetches_a_finished_pipeline_over_several_calls_within_a_byte_
     assert got[1] == ["heads.tgz.part-3", "heads.tgz.part-4", "heads.tgz.part-5"]
     assert got[2] == [] and "every output fetched" in said[1] and "every output fetched" in said[2]
     assert (tmp_path / "out1" / "heads.tgz.part-4").read_bytes() == bytes([4]) * 3000
+
+
+# Variables that compilers and torch.compile read from the environment: a shell script that assigns one
+# (4ca382f's train_heads_h200.sh set CC to a folder) breaks inductor's C++ builds in every child process.
+TOOLCHAIN_VARS = ("CC", "CXX", "CFLAGS", "CXXFLAGS", "CPPFLAGS", "LDFLAGS", "LD", "AR", "CPATH", "LIBRARY_PATH")
+
+
+def test_no_shell_script_assigns_a_variable_that_compilers_read():
+    import re
+
+    assign = re.compile(r"(?:^|[\s;(])(?:export\s+|local\s+)?(" + "|".join(TOOLCHAIN_VARS) + r")=", re.M)
+    scripts = sorted((REPO / "scripts").rglob("*.sh")) + sorted((REPO / ".ci").glob("*"))
+    assert len(scripts) > 5
+    found = [f"{p.relative_to(REPO)}: {m.group(1)}=" for p in scripts if p.is_file()
+             for m in assign.finditer(p.read_text(errors="replace"))]
+    assert not found, found

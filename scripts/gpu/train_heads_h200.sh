@@ -22,8 +22,8 @@
 # README with the new heads → $OUT/sweep_bench.json; SWEEP_PEAGLE / SWEEP_EAGLE3 pick other heads, SWEEP_PREVIOUS
 # adds an earlier P-EAGLE head's cells, SWEEP_BUDGET_S its time budget (300), SWEEP_PROMPTS prompts a c = 1 cell (16),
 # SWEEP_EXTRA more bench flags, e.g. "--stop-at-eos").
-# COMPILE_CACHE_IN: a folder of compile caches from an earlier session (its heads.tgz's compile_cache/, carried
-# e.g. as .stage/compile_cache): each run loads METHOD-<L>l.bin before its first step and writes its own back, so
+# COMPILE_CACHE_IN: a folder of compile caches from an earlier session (its $OUT/compile_cache.tar.part-*, unpacked
+# and carried e.g. as .stage/compile_cache): each run loads METHOD-<L>l.bin before its first step and writes its own back, so
 # the first step, which compiles (84-124 s of a 300 s budget on a fresh machine), mostly hits the cache.
 # TRAIN_EXTRA: more flags for every train run (a recipe experiment, e.g. "--cod-ratio-min 0.3": more deep COD elements).
 # SMOKE=1 DEVICE=cpu runs every stage on the tiny random target in a few minutes (checks this script).
@@ -105,9 +105,9 @@ mark data $t
 # ---------------------------------------------------------------- 2 train (each head alone on a GPU)
 t=$SECONDS
 COMMON=("${TGT[@]}" --device "$DEVICE" --batch-size "$BATCH" --row-len "$ROW_LEN" --seed "$SEED")
-CC=$WORK/compile_cache; mkdir -p "$CC"
+COMPILE_CACHES=$WORK/compile_cache; mkdir -p "$COMPILE_CACHES"
 if [ -n "${COMPILE_CACHE_IN:-}" ]; then
-  cp "$COMPILE_CACHE_IN"/*.bin "$CC/" 2>/dev/null && echo "compile caches from $COMPILE_CACHE_IN: $(ls "$CC")" \
+  cp "$COMPILE_CACHE_IN"/*.bin "$COMPILE_CACHES/" 2>/dev/null && echo "compile caches from $COMPILE_CACHE_IN: $(ls "$COMPILE_CACHES")" \
     || echo "COMPILE_CACHE_IN=$COMPILE_CACHE_IN holds no *.bin: every run compiles from scratch"
 fi
 TRAIN=("${COMMON[@]}" --data "$WORK/data" --lr "$LR" --schedule wsd --warmup-fraction 0.03 --decay-fraction 0.25
@@ -126,7 +126,7 @@ train_one() {  # train_one INDEX GPU
   [ -z "${INITS[$1]:-}" ] || start=(--init-from "${INITS[$1]}")  # (a FLAGS --draft-vocab-size grows it)
   CUDA_VISIBLE_DEVICES=$(gpu "$2") TORCH_LOGS=recompiles "$PY" -m peagle_lab.train.cli train --method "${METHODS[$1]}" \
     --layers "${LAYERS[$1]}" "${start[@]}" --out "$WORK/runs/$n" "${TRAIN[@]}" \
-    --compile-cache "$CC/${METHODS[$1]}-${LAYERS[$1]}l.bin" \
+    --compile-cache "$COMPILE_CACHES/${METHODS[$1]}-${LAYERS[$1]}l.bin" \
     --time-budget-s "$TRAIN_BUDGET_S" ${TRAIN_EXTRA:-} ${FLAGS[$1]//,/ } > "$WORK/train-$n.log" 2>&1 \
     || { echo "training $n failed"; return 1; }
 }
@@ -192,12 +192,14 @@ for n in "${NAMES[@]}"; do
 done
 for n in "${EVAL_ONLY[@]}"; do EXCLUDE+=(--exclude "./heads/$n/*.safetensors"); done
 cp "$WORK"/bench-*.log "$WORK/ship/" 2>/dev/null || true
-mkdir -p "$WORK/ship/compile_cache" && cp "$CC"/*.bin "$WORK/ship/compile_cache/" 2>/dev/null || true  # the next session's COMPILE_CACHE_IN
 echo "{${STAGES%, }}" > "$WORK/ship/stage_seconds.json"
 "$PY" -m peagle_lab.train.report "$WORK/ship" --out "$WORK/ship/results.json"
 cp "$WORK/ship/results.json" "$OUT/"
 [ -f "$WORK/ship/throughput.json" ] && cp "$WORK/ship/throughput.json" "$OUT/"
 tar -C "$WORK/ship" "${EXCLUDE[@]}" -czf - . | split -b 15m -d -a 1 - "$OUT/heads.tgz.part-"
+# The compile caches (gzip already, 12 MB P-EAGLE and ~30 MB EAGLE-3 in the ninth session) travel apart from the
+# heads, so that fetching them is optional: the next session's COMPILE_CACHE_IN (cat compile_cache.tar.part-* | tar -x).
+ls "$COMPILE_CACHES"/*.bin > /dev/null 2>&1 && tar -C "$COMPILE_CACHES" -cf - . | split -b 15m -d -a 1 - "$OUT/compile_cache.tar.part-"
 ls -la "$OUT"
 mark package $t
 # ---------------------------------------------------------------- 6 depth by throughput (DEPTH=1), after the heads are packaged
