@@ -22,7 +22,7 @@ from torch import nn
 
 from .config import DrafterConfig
 from .models.llama import (MLP, Attention, Block, KVCache, LlamaModel, RMSNorm, call_layer, embed_ids,
-                           forward_epilogue, rope_inv_freq, start_forward)
+                           forward_epilogue, frequencies_on, rope_inv_freq, start_forward)
 
 
 class FirstLayer(nn.Module):
@@ -98,6 +98,10 @@ class Drafter(nn.Module):
     def embed_table(self) -> torch.Tensor | None:
         """The token-embedding table the drafter reads (the target's, attached), or None before that."""
         return self._embed
+
+    def rope_frequencies(self, device: torch.device) -> torch.Tensor:
+        """The RoPE inverse frequencies (float32) on ``device``, moved there once (see ``frequencies_on``)."""
+        return frequencies_on(self, device)
 
     def attach_embeddings(self, embed_tokens: torch.Tensor) -> "Drafter":
         """Share the target's (frozen) token embedding table ``[vocab, H]``."""
@@ -178,10 +182,9 @@ class Drafter(nn.Module):
                              f"for input_ids {tuple(input_ids.shape)}")
         window = self.config.sliding_window
         fresh = fresh and attn_mask is None and (window is None or input_ids.shape[1] <= window)
-        if self._inv_freq.device != positions.device:
-            self._inv_freq = self._inv_freq.to(positions.device)
         ctx, cos, sin, emb = start_forward(layer_fn, input_ids, positions, cache, slot_mapping, attn_mask,
-                                           None if fresh else window, fresh, self._inv_freq, self.dtype,
+                                           None if fresh else window, fresh, self.rope_frequencies(positions.device),
+                                           self.dtype,
                                            *self._embedding_args(input_ids.device))
         run = layer_fn or call_layer
         x, delta = run(self.layers[0], emb, hidden.to(self.dtype), cos, sin, ctx.layer(0))

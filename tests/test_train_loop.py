@@ -127,3 +127,20 @@ def test_lr_reaches_its_peak_at_the_warmup_fraction_and_is_continuous():
 def test_config_names_the_bad_value(kw, word):
     with pytest.raises(ValueError, match=word):
         TrainConfig(**kw)
+
+
+def test_the_trainer_puts_both_rope_tables_on_its_device_before_the_first_step(world, tmp_path, monkeypatch):
+    """The frequencies are plain attributes that the first forward would move: inside a compiled step
+    that move fails the next call's device guard and recompiles everything (the H200 runs did)."""
+    from peagle_lab.drafter import Drafter
+    from peagle_lab.models.llama import LlamaModel
+
+    asked = []
+    for cls in (LlamaModel, Drafter):
+        real = cls.rope_frequencies
+        monkeypatch.setattr(cls, "rope_frequencies",
+                            lambda self, device, real=real, name=cls.__name__: asked.append((name, str(device)))
+                            or real(self, device))
+    trainer = make(world, "peagle", tmp_path)
+    assert ("LlamaModel", str(trainer.device)) in asked and ("Drafter", str(trainer.device)) in asked
+    assert trainer.target._inv_freq.device == trainer.drafter._inv_freq.device == trainer.device

@@ -598,6 +598,20 @@ def start_forward(layer_fn, ids, positions, cache, slot_mapping, attn_mask, wind
     return ctx, cos, sin, embed_ids(ids, table, dtype, mask_embedding, mask_token_id)
 
 
+def frequencies_on(model: nn.Module, device: torch.device | str) -> torch.Tensor:
+    """``model._inv_freq`` moved to ``device`` once (a plain attribute, so ``model.to`` leaves it behind).
+
+    Call it before compiling a forward: the first call inside a compiled region moves the
+    tensor as a side effect, and the next call then fails dynamo's device guard and compiles
+    everything again (the training step did, 35-45 s on the H200, until the Trainer called
+    this first).
+    """
+    device = torch.device(device)
+    if model._inv_freq.device != device:
+        model._inv_freq = model._inv_freq.to(device)
+    return model._inv_freq
+
+
 def rope_cos_sin(inv_freq: torch.Tensor, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
     """cos and signed sin ``[c, T, 1, hd]`` for integer ``positions`` [c, T] (see :func:`apply_rope`)."""
     freqs = positions[..., None].float() * inv_freq  # (c, T, hd/2)
@@ -643,9 +657,7 @@ class LlamaModel(nn.Module):
 
     def rope_frequencies(self, device: torch.device) -> torch.Tensor:
         """The RoPE inverse frequencies (float32) on ``device``, moved there once (:func:`rope_cos_sin` takes them)."""
-        if self._inv_freq.device != device:
-            self._inv_freq = self._inv_freq.to(device)
-        return self._inv_freq
+        return frequencies_on(self, device)
 
     def fuse_projections(self) -> "LlamaModel":
         """Fuse q/k/v and gate/up into one matrix product each (inference; see FusedLinear)."""

@@ -224,6 +224,10 @@ class Trainer:
                                    loss_fraction(first), self.device, block=cuda)
         self.objective = DraftObjective(drafter, cfg.k_train)
         self.compiled = cfg.compile == "on" or (cfg.compile == "auto" and cuda)
+        # The RoPE frequencies are plain attributes, moved to the device by the first forward: inside a
+        # compiled step that move would fail the next call's guards and compile both graphs again.
+        target.rope_frequencies(self.device)
+        drafter.rope_frequencies(self.device)
         self.first_step_s: float | None = None  # compilation included; set by the first step this process runs
         self._build_step_fns()
 
