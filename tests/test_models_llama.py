@@ -144,6 +144,9 @@ def test_a_view_reads_the_storage_and_shares_its_key_positions():
     assert cache.k[1][13].tolist() == [[1.0, 1.0]] and cache.v[1][13].tolist() == [[-1.0, -1.0]]
     with pytest.raises(ValueError, match="needs 34 rows; the storage has 33"):
         cache.view(3, 11)
+    for rows, max_len in ((0, 8), (2, 0)):
+        with pytest.raises(ValueError, match=f"at least 1 block of 1 position; got rows={rows}, max_len={max_len}"):
+            cache.view(rows, max_len)
 
 
 def test_shape_errors_are_clear():

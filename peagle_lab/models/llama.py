@@ -186,10 +186,13 @@ class KVCache:
         in the data generator's greedy phase on the H200, at 27c3bc5).
 
         Raises:
-            ValueError: ``rows * max_len + 1`` rows do not fit in this cache's storage.
+            ValueError: ``rows`` or ``max_len`` below 1, or ``rows * max_len + 1`` rows that do not fit in
+                this cache's storage.
         """
+        if rows < 1 or max_len < 1:
+            raise ValueError(f"a view needs at least 1 block of 1 position; got rows={rows}, max_len={max_len}")
         n = rows * max_len + 1  # the last row is the trash row
-        if rows < 1 or max_len < 1 or n > self.k[0].shape[0]:
+        if n > self.k[0].shape[0]:
             raise ValueError(f"a view of {rows} blocks of {max_len} positions needs {n} rows; the storage has "
                              f"{self.k[0].shape[0]}")
         kv = None if self.kv is None else self.kv[:, :n]
