@@ -166,7 +166,7 @@ def main() -> int:
             cells = "  ".join(f"{side} {b[side]['mean_al'] or float('nan'):.2f} ({b[side]['requests']})"
                               for side in ("workload", "heldout"))
             print(f"  target confidence {b['band'][0]:.1f}-{b['band'][1]:.1f}: {cells}", flush=True)
-    write_json(Path(args.out), doc)
+        write_json(Path(args.out), doc)  # after every case: a long CPU run that is stopped keeps what it finished
     return 0
 
 
