@@ -133,12 +133,31 @@ def _new_or_warm_drafter(args, target, train):
     return drafter, vocab.coverage, {"tokens": 0, "steps": 0, "runs": []}
 
 
+def _run_with_compile_cache(trainer, args, is_main: bool):
+    """``trainer.run()`` between loading and saving ``--compile-cache`` (when the step is compiled).
+
+    Returns ``(result, cache)``: ``cache`` None without a cache, else what was loaded and saved.
+    """
+    from .compile_cache import load_compile_cache, save_compile_cache
+
+    if not (args.compile_cache and trainer.compiled):
+        return trainer.run(resume=args.resume), None
+    cache = {"loaded": load_compile_cache(args.compile_cache)}
+    if "error" in cache["loaded"]:
+        print(f"{cache['loaded']['error']}; compiling from scratch", flush=True)
+    result = trainer.run(resume=args.resume)
+    if is_main and trainer.compiled:  # an eager fallback has nothing worth keeping
+        cache["saved"] = save_compile_cache(args.compile_cache)
+        print(f"compile cache: loaded {cache['loaded']['bytes']} bytes, saved {cache['saved']['bytes']} bytes "
+              f"to {args.compile_cache}", flush=True)
+    return result, cache
+
+
 @reports_errors
 def run_train(args) -> int:
     """Train one head as ``args`` say; rank 0 writes the run folder; returns the exit status."""
     from ..devices import resolve_device
     from ..heads.io import save_head
-    from .compile_cache import load_compile_cache, save_compile_cache
     from .dist import init_distributed, shutdown
     from .evaluate import model_card, reports_from_json
     from .loop import PrintEvery, Trainer, TrainConfig
@@ -165,14 +184,7 @@ def run_train(args) -> int:
     out = Path(args.out)
     callbacks = [PrintEvery()] if args.no_progress else []
     trainer = Trainer(target, drafter, train, cfg, out, heldout, callbacks, progress=not args.no_progress, dist=dist)
-    cache = {"loaded": load_compile_cache(args.compile_cache)} if args.compile_cache and trainer.compiled else None
-    if cache and "error" in cache["loaded"]:
-        print(f"{cache['loaded']['error']}; compiling from scratch", flush=True)
-    result = trainer.run(resume=args.resume)
-    if cache is not None and dist.is_main and trainer.compiled:
-        cache["saved"] = save_compile_cache(args.compile_cache)
-        print(f"compile cache: loaded {cache['loaded']['bytes']} bytes, saved {cache['saved']['bytes']} bytes "
-              f"to {args.compile_cache}", flush=True)
+    result, cache = _run_with_compile_cache(trainer, args, dist.is_main)
     if dist.is_main:
         reports = reports_from_json(result.eval.get("acceptance", []))
         this_run = {"tokens": result.tokens, "steps": result.steps, "method": args.method, "command": command_line(args)}
@@ -187,12 +199,11 @@ def run_train(args) -> int:
             "depth_acc": list(result.last.depth_acc) if result.last else [],
             "heldout_depth_acc": result.curve[-1]["depth_acc"] if result.curve else None,
             "curve": result.curve, "acceptance": result.eval.get("acceptance", []),
-            "warm_start": args.init_from, "prior": prior,
+            "warm_start": args.init_from, "prior": prior, "first_step_s": result.first_step_s, "compile_cache": cache,
             "cumulative": {"tokens": prior["tokens"] + result.tokens, "steps": prior["steps"] + result.steps,
                            "runs": prior["runs"] + [this_run]},
             "command": command_line(args), "data": args.data, "train_examples": len(train),
             "heldout_examples": len(heldout), "data_card": card_digest(data_card),
-            "first_step_s": result.first_step_s, "compile_cache": cache,
         }
         head_dtype = torch.bfloat16 if args.head_dtype == "bfloat16" else torch.float32
         save_head(drafter, out / "head", dtype=head_dtype,
