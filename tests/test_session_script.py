@@ -23,6 +23,7 @@ def test_the_session_script_runs_every_stage_and_packages_the_heads(tmp_path):
     out, work = tmp_path / "out", tmp_path / "work"
     env = dict(os.environ, SMOKE="1", DEVICE="cpu", OUT=str(out), WORK=str(work), PYTHON=sys.executable,
                OMP_NUM_THREADS="1", NGPU="1", TRAIN_BUDGET_S="12", TRAIN_EXTRA="--cod-ratio-min 0.3", SWEEP="1",
+               OPENING_WEIGHT="13",
                RUNS="eagle3:1 peagle:1::--cod-ratio=0.6")  # the P-EAGLE run with flags of its own
     run = subprocess.run(["bash", "scripts/gpu/train_heads_h200.sh"], cwd=REPO, env=env, capture_output=True,
                          text=True, timeout=900)
@@ -37,6 +38,8 @@ def test_the_session_script_runs_every_stage_and_packages_the_heads(tmp_path):
         assert summary["config"]["cod_ratio"] == cod_ratio
     card = json.loads((work / "data" / "card.json").read_text())
     assert card["throughput"]["per_rank"][0]["phases"]["greedy"]["engine"]["prefills"] >= 1  # by StreamDecoder
+    magpie = card["sources"]["magpie"]  # OPENING_WEIGHT reached the data stage: half the turns began with openings
+    assert magpie["domains"]["openings"].startswith("openings:") and sum(magpie["by_domain"]["openings"].values()) == 32
     parts = sorted(out.glob("heads.tgz.part-*"))
     archive = tmp_path / "heads.tgz"
     archive.write_bytes(b"".join(p.read_bytes() for p in parts))

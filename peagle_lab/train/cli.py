@@ -70,6 +70,9 @@ def add_data_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", required=True, help="data folder to write (shards + card)")
     p.add_argument("--tiny", action="store_true", help="tiny random target + character tokenizer (CPU smoke run)")
     p.add_argument("--num-magpie", type=int, default=d.num_magpie, help="Magpie user turns to sample (all ranks)")
+    p.add_argument("--opening-weight", type=int, default=d.opening_weight,
+                   help="weight of Magpie turns begun with a hand-written request's first words (the 11 domain "
+                        "system prompts weigh 13 together; 0: none)")
     p.add_argument("--max-code-prompts", type=int, default=d.max_code_prompts)
     p.add_argument("--max-math-prompts", type=int, default=d.max_math_prompts)
     p.add_argument("--max-writing-prompts", type=int, default=d.max_writing_prompts)
@@ -109,7 +112,7 @@ def run_data(args) -> int:
     from .data import DataConfig, synthesize
     from .dist import init_distributed, shutdown
 
-    cfg = DataConfig(num_magpie=args.num_magpie, max_code_prompts=args.max_code_prompts,
+    cfg = DataConfig(num_magpie=args.num_magpie, opening_weight=args.opening_weight, max_code_prompts=args.max_code_prompts,
                      max_math_prompts=args.max_math_prompts, max_writing_prompts=args.max_writing_prompts,
                      response_max_tokens=args.response_max_tokens, sampled_fraction=args.sampled_fraction,
                      multi_turn_fraction=args.multi_turn_fraction, concurrency=args.concurrency,

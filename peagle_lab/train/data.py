@@ -46,6 +46,7 @@ from .prompts import (
     MAGPIE_DOMAINS, STDLIB_MODULES, Budget, Deduper, Exclusions, PromptFilter, code_prompts, decode_all, derive_seed,
     follow_up_turns, join_turn, magpie_prompts, normalize_prompt, stdlib_functions, turn_joints,
 )
+from .prompts_pool import RequestOpenings, load_request_pool
 from .prompts_synthetic import math_prompts, writing_prompts
 
 
@@ -56,6 +57,9 @@ class DataConfig:
     num_magpie: int = 6144  # user turns sampled over all ranks (before filtering and deduplication)
     magpie_temperatures: tuple[float, ...] = (0.7, 0.9, 1.0)  # cycled over the sampled prompts
     magpie_max_tokens: int = 64  # a user turn longer than this is dropped as unfinished
+    # weight of the "openings" Magpie domain (user turns begun with a hand-written request's first
+    # words, prompts_pool), beside MAGPIE_DOMAINS' 13; 0 leaves it out
+    opening_weight: int = 0
     code_per_function: int = 2  # coding prompts per stdlib function (different templates)
     max_code_prompts: int = 1024
     max_math_prompts: int = 1024
@@ -74,9 +78,16 @@ class DataConfig:
     # each rank admits no prompt once it made its share (Magpie's prompt sampling is not counted).
     target_tokens: int | None = None
 
+    def magpie_domains(self) -> tuple:
+        """``MAGPIE_DOMAINS``, plus the openings domain when ``opening_weight`` > 0."""
+        if not self.opening_weight:
+            return MAGPIE_DOMAINS
+        return MAGPIE_DOMAINS + (("openings", RequestOpenings(load_request_pool()), self.opening_weight),)
+
     def __post_init__(self) -> None:
         check_int("num_magpie", self.num_magpie, 0)
         check_int("magpie_max_tokens", self.magpie_max_tokens, 4, 1024)
+        check_int("opening_weight", self.opening_weight, 0, 1000)
         check_int("code_per_function", self.code_per_function, 0, 5)
         for name in ("max_code_prompts", "max_math_prompts", "max_writing_prompts", "heldout_max", "seed"):
             check_int(name, getattr(self, name), 0)
@@ -179,7 +190,8 @@ def _pool_prompts(gathered: list, cfg: DataConfig, excl: Exclusions) -> tuple[li
         ``([(text, source, group, domain)], sources)``; ``sources`` is the card's section.
     """
     dedup, magpie = Deduper(), []
-    by_domain: dict[str, Counter] = {name: Counter() for name, _, _ in MAGPIE_DOMAINS}
+    domains = cfg.magpie_domains()
+    by_domain: dict[str, Counter] = {name: Counter() for name, _, _ in domains}
     for kept, stats in gathered:  # rank order: deterministic
         for domain, c in stats.items():
             by_domain.setdefault(domain, Counter()).update(c)
@@ -207,7 +219,7 @@ def _pool_prompts(gathered: list, cfg: DataConfig, excl: Exclusions) -> tuple[li
     prompts = random.Random(cfg.seed).sample(prompts, len(prompts))
     kept_by = Counter(p[1] for p in prompts)
     sources = {
-        "magpie": {"sampled": cfg.num_magpie, "domains": {n: s for n, s, _ in MAGPIE_DOMAINS},
+        "magpie": {"sampled": cfg.num_magpie, "domains": {n: s if s is None else str(s) for n, s, _ in domains},
                    "by_domain": {d: dict(sorted(c.items())) for d, c in by_domain.items()},
                    "outcomes": dict(sorted(sum(by_domain.values(), Counter()).items())),
                    "kept_by_domain": dict(Counter(p[3] for p in prompts if p[1] == "magpie")),
@@ -312,9 +324,9 @@ def synthesize(target, tokenizer, cfg: DataConfig, out_dir: Path | str, exclude:
     n_magpie = len(range(rank, cfg.num_magpie, world))
     with phases("magpie", magpie_budget, n_magpie) as row:
         kept, stats = magpie_prompts(
-            target, tokenizer, n_magpie, temperatures=cfg.magpie_temperatures, max_new_tokens=cfg.magpie_max_tokens,
-            concurrency=cfg.concurrency, seed=derive_seed(cfg.seed, "magpie", rank), filt=PromptFilter(),
-            exclude=excl, budget=magpie_budget, progress=progress)
+            target, tokenizer, n_magpie, domains=cfg.magpie_domains(), temperatures=cfg.magpie_temperatures,
+            max_new_tokens=cfg.magpie_max_tokens, concurrency=cfg.concurrency, seed=derive_seed(cfg.seed, "magpie", rank),
+            filt=PromptFilter(), exclude=excl, budget=magpie_budget, progress=progress)
         row["done"] = n_magpie - sum(c["skipped_budget"] for c in stats.values())
     hits = excl.hits
     prompts, sources = _pool_prompts(all_gather_objects((kept, stats)), cfg, excl)

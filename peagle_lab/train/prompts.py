@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 from ..stream import StreamDecoder, StreamStats
+from .prompts_pool import RequestOpenings
 
 # Pure-Python, documented, and about things people ask assistants to code.
 STDLIB_MODULES = (
@@ -159,14 +160,21 @@ class Deduper:
     def __init__(self) -> None:
         self._seen: set[str] = set()
 
-    def add(self, text: str) -> bool:
-        """True if ``text`` is new (and remember it)."""
+    @staticmethod
+    def _keys(text: str) -> list[str]:
         norm = re.sub(r"[^\w\s]", "", normalize_prompt(text))
         words = norm.split()
-        keys = [norm] + ([" ".join(words[:12])] if len(words) >= 12 else [])
-        if any(k in self._seen for k in keys):
+        return [norm] + ([" ".join(words[:12])] if len(words) >= 12 else [])
+
+    def __contains__(self, text: str) -> bool:
+        """True if ``text`` repeats one seen before (without remembering it)."""
+        return any(k in self._seen for k in self._keys(text))
+
+    def add(self, text: str) -> bool:
+        """True if ``text`` is new (and remember it)."""
+        if text in self:
             return False
-        self._seen.update(keys)
+        self._seen.update(self._keys(text))
         return True
 
 
@@ -292,10 +300,12 @@ def decode_all(target, prompts: list[list[int]], *, temperature: float, max_new_
 
 def sample_user_turns(target, tokenizer, prefixes: list[list[int]], *, temperatures: Sequence[float],
                       max_new_tokens: int, concurrency: int, seed: int, budget: Budget | None = None,
-                      progress: bool = True, desc: str = "user turns") -> tuple[list[str | None], set[int]]:
+                      progress: bool = True, desc: str = "user turns",
+                      openings: list[list[int]] | None = None) -> tuple[list[str | None], set[int]]:
     """One user turn sampled after each prefix: prefix ``k`` at ``temperatures[k % len]``, each
     temperature one ``decode_all`` run (seed ``seed + j`` for the ``j``-th); none starts once
-    ``budget`` is exhausted.
+    ``budget`` is exhausted. ``openings[k]``: the tail of prefix ``k`` that already belongs to the
+    user's text (decoded together with what the target adds).
 
     Returns:
         ``(texts, skipped)``: per prefix the stripped text, None where the turn did not end with an
@@ -313,15 +323,20 @@ def sample_user_turns(target, tokenizer, prefixes: list[list[int]], *, temperatu
             if toks is None:
                 skipped.add(k)
             elif toks and toks[-1] in eos:
-                texts[k] = tokenizer.decode(toks[:-1], skip_special_tokens=False).strip()
+                head = list(openings[k]) if openings else []
+                texts[k] = tokenizer.decode(head + list(toks[:-1]), skip_special_tokens=False).strip()
     return texts, skipped
 
 
-def _verdicts(texts: list[str | None], skipped: set[int], filt: PromptFilter, exclude: Exclusions | None) -> list[str]:
-    """``"kept"`` or why each sampled user turn is dropped (``skipped``: the budget left it out)."""
+def _verdicts(texts: list[str | None], skipped: set[int], filt: PromptFilter, exclude: Exclusions | None,
+              examples: Deduper | None = None) -> list[str]:
+    """``"kept"`` or why each sampled user turn is dropped (``skipped``: the budget left it out;
+    ``examples``: few-shot requests that a sample must not repeat)."""
     exclude, dedup, out = exclude if exclude is not None else Exclusions(), Deduper(), []
     for k, text in enumerate(texts):
         reason = "skipped_budget" if k in skipped else "unfinished" if text is None else filt.reject_reason(text)
+        if not reason and examples is not None and text in examples:
+            reason = "copied_example"
         if not reason and not exclude.allows(text):
             reason = "excluded"
         out.append(reason or ("kept" if dedup.add(text) else "duplicate"))
@@ -358,8 +373,11 @@ def magpie_prompts(target, tokenizer, num_samples: int, *, domains=MAGPIE_DOMAIN
     """Sample ``num_samples`` user turns from ``target`` and keep the good, new ones.
 
     Args:
-        domains: ``(name, system prompt or None, weight)`` rows; the samples are spread over
-            them by weight (``assign_domains``, seeded), each sampled under its system prompt.
+        domains: ``(name, system prompt, weight)`` rows; the samples are spread over them by
+            weight (``assign_domains``, seeded), each sampled under its system prompt: a string,
+            None (the template's default) or ``RequestOpenings``: then the template's default, and
+            the user turn begins with a seeded opening (by the sample's index) from its pool;
+            samples that copy a pool request are dropped (``copied_example``).
         temperatures, concurrency, seed, budget: as in ``sample_user_turns``.
         filt, exclude: what a kept turn must pass; duplicates are dropped too.
 
@@ -370,11 +388,19 @@ def magpie_prompts(target, tokenizer, num_samples: int, *, domains=MAGPIE_DOMAIN
     """
     systems = {name: system for name, system, _ in domains}
     names = assign_domains(num_samples, domains, seed)
-    prefixes = {name: user_prefix_ids(tokenizer, system) for name, system in systems.items()}
-    texts, skipped = sample_user_turns(target, tokenizer, [prefixes[d] for d in names], temperatures=temperatures,
-                                       max_new_tokens=max_new_tokens, concurrency=concurrency, seed=seed,
-                                       budget=budget, progress=progress, desc="magpie prompts")
-    verdicts = _verdicts(texts, skipped, filt, exclude)
+    pools = {name: s for name, s in systems.items() if isinstance(s, RequestOpenings)}
+    fixed = {name: user_prefix_ids(tokenizer, None if name in pools else s) for name, s in systems.items()}
+    examples = Deduper()
+    for text in (t for s in pools.values() for t in s.pool):
+        examples.add(text)
+    openings = [list(tokenizer(pools[d].opening(random.Random(derive_seed(seed, "opening", k))),
+                               add_special_tokens=False)["input_ids"]) if d in pools else []
+                for k, d in enumerate(names)]
+    texts, skipped = sample_user_turns(target, tokenizer, [fixed[d] + o for d, o in zip(names, openings)],
+                                       temperatures=temperatures, max_new_tokens=max_new_tokens,
+                                       concurrency=concurrency, seed=seed, budget=budget, progress=progress,
+                                       desc="magpie prompts", openings=openings)
+    verdicts = _verdicts(texts, skipped, filt, exclude, examples)
     stats: dict[str, Counter] = {name: Counter() for name in systems}
     for domain, verdict in zip(names, verdicts):
         stats[domain][verdict] += 1

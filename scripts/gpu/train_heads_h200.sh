@@ -25,6 +25,8 @@
 # COMPILE_CACHE_IN: a folder of compile caches from an earlier session (its $OUT/compile_cache.tar.part-*, unpacked
 # and carried e.g. as .stage/compile_cache): each run loads METHOD-<L>l.bin before its first step and writes its own back, so
 # the first step, which compiles (84-124 s of a 300 s budget on a fresh machine), mostly hits the cache.
+# OPENING_WEIGHT: weight of the "openings" Magpie domain (user turns begun with a hand-written request's first words;
+# the eleven domain system prompts weigh 13 together), 0 (the default) leaves it out.
 # TRAIN_EXTRA: more flags for every train run (a recipe experiment, e.g. "--cod-ratio-min 0.3": more deep COD elements).
 # SMOKE=1 DEVICE=cpu runs every stage on the tiny random target in a few minutes (checks this script).
 # Reassemble:  cat heads.tgz.part-* | tar -xzf -
@@ -98,7 +100,7 @@ for f in "$REPO"/peagle_lab/bench/data/*.jsonl "$REPO"/peagle_lab/bench/data/*.t
 [ "${SKIP_DATA:-0}" = 1 ] && [ -f "$WORK/data/card.json" ] && echo "SKIP_DATA=1: reusing $WORK/data" || \
 "$PY" -m torch.distributed.run --nproc-per-node "$NGPU" --master-port 29511 -m peagle_lab.train.cli data \
   "${TGT[@]}" --device "$DEVICE" --out "$WORK/data" "${DATA[@]}" --target-tokens "$DATA_TOKENS" \
-  --time-budget-s "$DATA_BUDGET_S" --seed "$SEED" --no-progress "${EXCL[@]}"
+  --time-budget-s "$DATA_BUDGET_S" --seed "$SEED" --opening-weight "${OPENING_WEIGHT:-0}" --no-progress "${EXCL[@]}"
 cp "$WORK/data/card.json" "$WORK/data/card.md" "$WORK/ship/data/"
 mark data $t
 
