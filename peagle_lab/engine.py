@@ -80,8 +80,9 @@ class Metrics:
     num_accepted_tokens: int
     accepted_per_position: tuple[int, ...]
     output_tokens: int
-    prefill_s: float
+    prefill_s: float  # prompts' prefills, each request's first draft included
     decode_s: float
+    first_draft_s: float = 0.0  # of prefill_s, the first drafts' share (device time; 0 for plain decoding)
 
     @property
     def acceptance_length(self) -> float:
@@ -571,20 +572,21 @@ class SpecDecoder:
         cache_t, cache_d = self._caches(c, need)
         max_len = cache_t.max_len  # request b owns slots [b*max_len, (b+1)*max_len)
 
+        counts, trace, timer = _Counts(K), [], Timer(dev)
         t0 = time.perf_counter()
         ids, pos, lens = step.pad_prompts(prompts, dev)
         out, ids, pos, graph_first = self._prefill(ids, pos, lens, cache_t, max_len, K > 0)
         nxt = step.sample(out.logits[:, 0], cfg.temperature, gen)
-        draft = self._draft(cache_d, out.taps, ids, pos, lens - 1, nxt, max_len, gen,
-                            graph_first=graph_first, first=True)[0] if K else None
+        draft, first_marks = self._draft(cache_d, out.taps, ids, pos, lens - 1, nxt, max_len, gen, timer,
+                                         graph_first=graph_first, first=True) if K else (None, None)
         outputs = [[t] for t in nxt.tolist()]  # by row: compaction reorders the rows, not these lists
         by_request, longest = list(outputs), max(map(len, prompts))
         done = [step.finished(o, eos, max_new) for o in outputs]
         # start: the position of each request's newest token (not yet processed by the target)
         st = _State(nxt, draft, lens.clone(), _device_flags([not d for d in done], dev))
-        prefill_s = time.perf_counter() - t0
+        prefill_s = time.perf_counter() - t0  # nxt.tolist() waited for the first draft, queued before it
+        counts.first_draft_s = timer.ms(first_marks[0], first_marks[2]) / 1e3 if K else 0.0
 
-        counts, trace, timer = _Counts(K), [], Timer(dev)
         t1 = time.perf_counter()
         launched = self._launch(st, cache_t, cache_d, max_len, gen, timer) if not all(done) else None
         while not all(done):
@@ -712,7 +714,7 @@ class SpecDecoder:
             self._scratch_caches = (t, d)
         return self._scratch_caches
 
-    def _admit(self, prompts: list[list[int]], reqs: list[int], rows: list[int], gen):
+    def _admit(self, prompts: list[list[int]], reqs: list[int], rows: list[int], gen, timer: "Timer | None" = None):
         """Prefill ``prompts[reqs]`` for rows ``rows``: (first tokens, their drafts, prompt lengths), [n] each.
 
         The prompts are prefilled and drafted for in the scratch caches (rows 0..n-1, as
@@ -723,7 +725,8 @@ class SpecDecoder:
         request. Then the start of each block, every position the admission wrote, is copied into
         its row's block of the main caches (padding rows into the spare block, which no row reads).
         Past that the row keeps its previous request's keys, which no query reads: a step writes
-        its positions before attending to them.
+        its positions before attending to them. With ``timer``, the first draft is timed: the fourth
+        value is its (start, end) marks, else None.
         """
         K, dev = self.config.k, self.device
         scratch_t, scratch_d = self._scratch_caches
@@ -735,15 +738,15 @@ class SpecDecoder:
         pos = torch.arange(width, device=dev).expand(S, width).contiguous()
         out, ids, pos, graph_first = self._prefill(ids, pos, lens, scratch_t, max_len, K > 0, tag="admit")
         nxt = step.sample(out.logits[:, 0], self.config.temperature, gen)
-        draft = self._draft(scratch_d, out.taps, ids, pos, lens - 1, nxt, max_len, gen, graph_first=graph_first,
-                            tag="admit", first=True)[0] if K else None
+        draft, marks = self._draft(scratch_d, out.taps, ids, pos, lens - 1, nxt, max_len, gen, timer,
+                                   graph_first=graph_first, tag="admit", first=True) if K else (None, None)
         dest = torch.tensor(rows + [self._cache_t.max_batch - 1] * (S - n), device=dev)
         # written: the prompt (< the padded width) and, in the drafter's cache, the first draft's K slots
         written = padded_prefill_width(width, max_len) + K + 1
         copy_kv_blocks(scratch_t, self._cache_t, dest, written)
         if K:
             copy_kv_blocks(scratch_d, self._cache_d, dest, written)
-        return nxt[:n], draft, lens[:n]
+        return nxt[:n], draft, lens[:n], None if marks is None or timer is None else (marks[0], marks[2])
 
     def _generate_continuous(self, prompts: list[list[int]], max_new_tokens, eos_token_ids,
                              c: int) -> GenerationResult:
@@ -758,7 +761,7 @@ class SpecDecoder:
         queue, results = deque(range(len(prompts))), [None] * len(prompts)
         owner, outs, done = [-1] * c, [[] for _ in range(c)], [True] * c  # a free row counts as done
         st = _State.idle(c, K, dev)
-        counts, trace, timer, spans = _Counts(K), [], Timer(dev), []
+        counts, trace, timer, spans, draft_spans = _Counts(K), [], Timer(dev), [], []
         was_done = list(done)  # the flags st.active holds (every row free)
         t0 = time.perf_counter()
 
@@ -775,7 +778,9 @@ class SpecDecoder:
                 while queue and free:
                     reqs = [queue.popleft() for _ in free[: min(refill, len(queue))]]
                     rows, free = free[: len(reqs)], free[len(reqs):]
-                    first, draft, lens = self._admit(prompts, reqs, rows, gen)
+                    first, draft, lens, drafted = self._admit(prompts, reqs, rows, gen, timer)
+                    if drafted is not None:
+                        draft_spans.append(drafted)
                     st = self._admitted(st, rows, first, draft, lens)
                     for b, q, t in zip(rows, reqs, first.tolist()):
                         owner[b], outs[b] = q, [t]
@@ -799,6 +804,7 @@ class SpecDecoder:
             torch.cuda.synchronize()
         wall = time.perf_counter() - t0
         prefill_s = sum(timer.ms(a, b) for a, b in spans) / 1e3
+        counts.first_draft_s = sum(timer.ms(a, b) for a, b in draft_spans) / 1e3
         metrics = counts.metrics(cfg.method, len(prompts), len(trace), sum(len(r) for r in results), prefill_s,
                                  max(wall - prefill_s, 0.0))
         return GenerationResult(results, metrics, [_step_trace(timer, *t) for t in trace])
@@ -843,6 +849,7 @@ class _Counts:
     def __init__(self, k: int) -> None:
         self.k, self.drafts, self.accepted = k, 0, 0
         self.per_position = [0] * k
+        self.first_draft_s = 0.0  # set by the caller: the first drafts' device time, within prefill_s
 
     def add(self, accepted: list[int]) -> None:
         """One step: each request that was decoding drafted once and kept ``accepted[i]`` drafts."""
@@ -855,7 +862,7 @@ class _Counts:
     def metrics(self, method: str, c: int, steps: int, output_tokens: int, prefill_s: float,
                 decode_s: float) -> Metrics:
         return Metrics(method, self.k, c, steps, self.drafts, self.drafts * self.k, self.accepted,
-                       tuple(self.per_position), output_tokens, prefill_s, decode_s)
+                       tuple(self.per_position), output_tokens, prefill_s, decode_s, self.first_draft_s)
 
 
 @dataclass(frozen=True)

@@ -98,6 +98,9 @@ def test_tiny_end_to_end_writes_json_csv_html_with_every_cell(tmp_path, capsys):
     refs = [r for r in res.rows if r.source == "transformers"]
     assert {(r.workload, r.concurrency) for r in refs} == {("chat", 1), ("code", 1)}
     assert all(r.agreement == 1.0 for r in refs)  # float32 on the CPU: the same greedy tokens as ours
+    mine = [r for r in res.rows if r.source == "peagle_lab"]
+    assert all(0 < r.extra["first_draft_ms"] < r.prefill_ms for r in mine if r.k)  # the prefill's draft share
+    assert all("first_draft_ms" not in r.extra for r in mine if not r.k)
     assert all(r.output_tokens == r.num_prompts * 8 for r in res.rows)  # fixed length: EOS ignored
     assert res.run_info["command"].startswith("python -m peagle_lab.bench.cli --tiny")
     assert res.config["kernel_backend"] == "torch"

@@ -51,6 +51,18 @@ def test_continuous_batching_is_lossless_and_counts_what_one_batch_counts(small_
     assert all(len(t.num_accepted) <= c for t in got.trace)  # never more than c requests decoding
 
 
+@pytest.mark.parametrize("concurrency", [None, 2])
+def test_the_first_drafts_time_is_split_out_of_the_prefill(small_vocab, concurrency):
+    """``first_draft_s``: the first drafts' share of ``prefill_s`` (0 without a drafter), one batch or continuous."""
+    target, prompts, _ = small_vocab
+    for method in ("baseline", "peagle"):
+        m = _engine(target, method).generate(prompts, concurrency=concurrency).metrics
+        if method == "baseline":
+            assert m.first_draft_s == 0.0
+        else:
+            assert 0.0 < m.first_draft_s < m.prefill_s
+
+
 def test_rows_are_refilled_so_fewer_steps_run_than_batch_after_batch():
     """c = 2, some requests end after a few tokens (an EOS), others run to the limit: batch after batch,
     a short request's row idles until its partner is done; continuously, it takes the next prompt."""
@@ -148,9 +160,9 @@ def test_admissions_pad_to_their_own_group_and_leave_the_rest_of_a_reused_row_un
     groups, widths = [], []
     admit, prefill = engine._admit, engine._prefill
 
-    def spy_admit(ps, reqs, rows, g):
+    def spy_admit(ps, reqs, rows, g, *timer):
         groups.append([len(ps[q]) for q in reqs])
-        return admit(ps, reqs, rows, g)
+        return admit(ps, reqs, rows, g, *timer)
 
     def spy_prefill(ids, *a, tag="batch", **kw):
         if tag == "admit":

@@ -178,8 +178,11 @@ def cell_row(cell: Cell, results: list[GenerationResult], cfg: SweepConfig) -> B
         max_new_tokens=cfg.max_new_tokens, num_steps=num_steps,
         step_ms=1000.0 * decode / num_steps if num_steps else None,
         prefill_ms=1000.0 * sum(m.prefill_s for m in ms) / len(ms),
-        # the rows the steps ran, summed: under num_steps × c once compaction narrows a batch (rows_busy)
-        extra={"row_steps": sum(s.rows for s in steps)} if steps and all(s.rows for s in steps) else {})
+        extra={
+            # the rows the steps ran, summed: under num_steps × c once compaction narrows a batch (rows_busy)
+            **({"row_steps": sum(s.rows for s in steps)} if steps and all(s.rows for s in steps) else {}),
+            # of prefill_ms, the first draft's share (device time a batch; a continuous call's admissions summed)
+            **({"first_draft_ms": 1000.0 * sum(m.first_draft_s for m in ms) / len(ms)} if cell.k else {})})
 
 
 def measure_cell(engine: SpecDecoder, cell: Cell, prompts: list[Prompt],
