@@ -196,3 +196,16 @@ def parse_window(value: str | None, flag: str) -> int | None | bool:
     if not value.isdigit() or int(value) < 1:
         raise ValueError(f"{flag} {value!r} must be a positive int or 'none'")
     return int(value)
+
+
+def parse_case(text: str) -> tuple[str, int]:
+    """A ``METHOD:K`` drafting case (the scripts' ``--cases``): (method, K), or a ValueError naming ``text``.
+
+    >>> parse_case("peagle:8")
+    ('peagle', 8)
+    """
+    method, _, k = text.partition(":")
+    if method not in DRAFTER_METHODS or not k.isdigit() or not 1 <= int(k) <= MAX_K:
+        raise ValueError(f"case {text!r}: expected METHOD:K with METHOD {' or '.join(DRAFTER_METHODS)} "
+                         f"and 1 <= K <= {MAX_K}")
+    return method, int(k)

@@ -40,13 +40,12 @@ def test_a_bad_case_is_named():
 
 
 def test_parse_case():
-    spec = importlib.util.spec_from_file_location("workload_categories", REPO / "scripts/bench/workload_categories.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    assert mod.parse_case("eagle3:4") == ("eagle3", 4)
-    for bad in ("peagle", "peagle:0", "peagle:17", "baseline:3"):
-        with pytest.raises(ValueError, match="METHOD:K"):
-            mod.parse_case(bad)
+    from peagle_lab.config import parse_case
+
+    assert parse_case("eagle3:4") == ("eagle3", 4) and parse_case("peagle:16") == ("peagle", 16)
+    for bad in ("peagle", "peagle:0", "peagle:17", "baseline:3", "peagle:x"):
+        with pytest.raises(ValueError, match=f"case '{bad}': expected METHOD:K"):
+            parse_case(bad)
 
 
 def script_module():

@@ -24,7 +24,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run from a checkout without installing
 
 from peagle_lab.bench.workloads import HashTokenizer, load_workload  # noqa: E402
-from peagle_lab.config import SpecConfig  # noqa: E402
+from peagle_lab.config import SpecConfig, parse_case  # noqa: E402
 from peagle_lab.engine import SpecDecoder, StepTrace  # noqa: E402
 from peagle_lab.models.checkpoints import write_json  # noqa: E402
 from peagle_lab.provenance import run_info  # noqa: E402
@@ -88,12 +88,10 @@ def main() -> int:
     p.add_argument("--out", required=True)
     p.add_argument("--tiny", action="store_true", help="tiny random target and heads (a smoke run)")
     args = p.parse_args()
-    cases = []
-    for c in args.cases:
-        method, _, k = c.partition(":")
-        if method not in ("eagle3", "peagle") or not k.isdigit() or not 1 <= int(k) <= 16:
-            p.error(f"--cases {c!r}: expected METHOD:K with METHOD eagle3 or peagle and K in 1..16")
-        cases.append((method, int(k)))
+    try:
+        cases = [parse_case(c) for c in args.cases]
+    except ValueError as e:
+        p.error(f"--cases: {e}")
     torch.set_num_threads(max(1, min(torch.get_num_threads(), 2)))
     if args.tiny:
         from peagle_lab.testing import tiny_drafter, tiny_target

@@ -33,18 +33,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run from a check
 from peagle_lab.acceptance import acceptance_length  # noqa: E402
 from peagle_lab.bench.forced import acceptance_on_text  # noqa: E402
 from peagle_lab.bench.workloads import HashTokenizer, load_workload  # noqa: E402
-from peagle_lab.config import SpecConfig  # noqa: E402
+from peagle_lab.config import SpecConfig, parse_case  # noqa: E402
 from peagle_lab.engine import SpecDecoder  # noqa: E402
 from peagle_lab.models.checkpoints import write_json  # noqa: E402
 from peagle_lab.provenance import run_info  # noqa: E402
-
-
-def parse_case(text: str) -> tuple[str, int]:
-    """``"peagle:8"`` -> ``("peagle", 8)``; ValueError naming the text otherwise."""
-    method, _, k = text.partition(":")
-    if method not in ("eagle3", "peagle") or not k.isdigit() or not 1 <= int(k) <= 16:
-        raise ValueError(f"case {text!r}: expected METHOD:K with METHOD eagle3 or peagle and 1 <= K <= 16")
-    return method, int(k)
 
 
 @torch.no_grad()
