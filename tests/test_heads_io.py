@@ -8,7 +8,7 @@ import torch
 from safetensors.torch import save_file
 
 from peagle_lab.models.checkpoints import CheckpointError
-from peagle_lab.heads.io import load_head, save_head
+from peagle_lab.heads.io import head_digest, load_head, save_head
 from peagle_lab.testing import tiny_drafter, tiny_target
 
 
@@ -75,6 +75,16 @@ def test_corrupted_shard_is_detected(tmp_path, target):
     f.write_bytes(f.read_bytes()[:-10] + b"0123456789")
     with pytest.raises(CheckpointError, match="sha256 does not match"):
         load_head(tmp_path / "h")
+
+
+def test_a_heads_digest_follows_its_weights_not_its_folder(tmp_path, target):
+    save_head(tiny_drafter(target, "peagle", seed=1), tmp_path / "a")
+    save_head(tiny_drafter(target, "peagle", seed=1), tmp_path / "copy")
+    save_head(tiny_drafter(target, "peagle", seed=2), tmp_path / "other")
+    a = head_digest(tmp_path / "a")
+    assert len(a) == 16 and a == head_digest(tmp_path / "copy") != head_digest(tmp_path / "other")
+    with pytest.raises(CheckpointError, match="no weights"):
+        head_digest(tmp_path)
 
 
 def test_head_for_another_target_is_refused(tmp_path, target):

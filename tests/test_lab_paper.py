@@ -63,3 +63,13 @@ def test_update_page_needs_its_markers(sweep, tmp_path):
     assert paper.main([str(page), str(SWEEP)]) == 0
     text = page.read_text()
     assert "old" not in text and text.endswith("after\n") and "1.55× / 1.55× / 1.69×" in text
+
+
+def test_our_setting_names_the_shipped_head_by_its_digest_not_a_copys_path(sweep):
+    from peagle_lab.heads import bundled_head_dir
+    from peagle_lab.heads.io import head_digest
+
+    cfg = {**sweep["config"], "heads": {"eagle3": "/tmp/x/eagle3", "peagle": "/tmp/x/peagle"}}
+    cfg["head_digests"] = {"eagle3": head_digest(bundled_head_dir("eagle3")), "peagle": "0" * 16}
+    line = paper.our_setting({**sweep, "config": cfg})
+    assert "(the shipped heads/eagle3)" in line and "(/tmp/x/peagle)" in line and "/tmp/x/eagle3" not in line

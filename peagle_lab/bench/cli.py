@@ -165,19 +165,23 @@ def _load_models(args, cfg: SweepConfig, device, dtype, tmp: Path):
         return (target, HashTokenizer(target.config.vocab_size), drafters, ref,
                 {"model": "tiny random (peagle_lab.testing.tiny_target)", "heads": {m: "random (tiny)" for m in spec}})
     from .. import zoo
-    from ..heads import default_drafter
-    from ..heads.io import load_head
+    from ..heads import bundled_head_dir, default_drafter
+    from ..heads.io import head_digest, load_head
 
     path = Path(args.model) if args.model else zoo.convert_default(quiet=True)
     target, tokenizer = zoo.load_model(path, dtype, device, quiet=True)
-    drafters, heads = {}, {}
+    drafters, heads, digests = {}, {}, {}
     for m in spec:
         head = getattr(args, f"{m}_head", None)
         if head:
             drafters[m], heads[m] = load_head(head, target, dtype=dtype, device=device), str(head)
         else:
             drafters[m], heads[m] = default_drafter(target, m)
-    notes = {"model": str(path) if args.model else "SmolLM2-135M-Instruct (embedded default)", "heads": heads}
+            head = bundled_head_dir(m) if heads[m].startswith("bundled") else None
+        if head is not None:  # which weights, wherever they lay (a random head has none)
+            digests[m] = head_digest(head)
+    notes = {"model": str(path) if args.model else "SmolLM2-135M-Instruct (embedded default)", "heads": heads,
+             "head_digests": digests}
     ref = path if path.is_dir() and cfg.reference else None
     if cfg.reference and ref is None:
         notes["reference_note"] = "transformers reference skipped: it needs a HF folder, not a GGUF file"

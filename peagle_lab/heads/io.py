@@ -233,6 +233,25 @@ def save_head(drafter: Drafter, path: Path | str, *, verifier: str = "SmolLM2-13
     return path
 
 
+def head_digest(path: Path | str) -> str:
+    """A short fingerprint of a head folder's weights: sha256 over each weight file's name and sha256.
+
+    Benchmarks record it beside the head's path, so a row measured with a copy of the shipped head
+    (a ``/tmp`` folder on the H200) is known to be that head: the same weights give the same digest
+    wherever they lie, and any changed byte changes it.
+    """
+    import hashlib
+
+    path = Path(path)
+    files = sorted(path.glob("*.safetensors")) or sorted(path.glob("*.bin")) + sorted(path.glob("*.pt"))
+    if not files:
+        raise CheckpointError(f"{path}: no weights (*.safetensors, or tensor-only *.bin) to fingerprint")
+    h = hashlib.sha256()
+    for f in files:
+        h.update(f"{f.name}:{sha256_file(f)}\n".encode())
+    return h.hexdigest()[:16]
+
+
 def _read_weights(path: Path) -> dict[str, torch.Tensor]:
     from safetensors.torch import load_file
 

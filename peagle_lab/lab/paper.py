@@ -176,11 +176,22 @@ def _head_layers(method: str) -> int | None:
     return json.loads(path.read_text()).get("num_hidden_layers") if path.exists() else None
 
 
+def _head_origin(method: str, cfg: Mapping) -> str:
+    """Where the run's ``method`` head came from: "the shipped heads/<method>" when its recorded digest
+    (``head_digests``, from 2026-12-04) is the bundled head's, else the path or origin the run recorded."""
+    from ..heads import bundled_head_dir
+    from ..heads.io import head_digest
+
+    digest, bundled = (cfg.get("head_digests") or {}).get(method), bundled_head_dir(method)
+    if digest and bundled is not None and digest == head_digest(bundled):
+        return f"the shipped heads/{method}"
+    return (cfg.get("heads") or {}).get(method, "bundled")
+
+
 def our_setting(bench: Mapping, source: str = "docs/results/h200/k_scaling/bench.json") -> str:
     """One sentence naming our device, versions, model, heads and command (from ``bench``'s provenance)."""
     info, cfg = bench.get("run_info") or {}, bench.get("config") or {}
-    heads = ", ".join(f"{m} {_head_layers(m)}-layer ({cfg.get('heads', {}).get(m, 'bundled')})"
-                      for m in ("eagle3", "peagle"))
+    heads = ", ".join(f"{m} {_head_layers(m)}-layer ({_head_origin(m, cfg)})" for m in ("eagle3", "peagle"))
     commit = (info.get("commit") or "?")[:7]
     return (f"Ours: {cfg.get('model', 'SmolLM2-135M-Instruct')}, heads {heads}, the peagle_lab engine, "
             f"{info.get('device', '?')}, {cfg.get('dtype', '?')}, torch {info.get('torch', '?')}, "
