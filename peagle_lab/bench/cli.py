@@ -49,7 +49,7 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-k", "--num-speculative-tokens", dest="ks", nargs="+", type=int, metavar="K",
                    help="K values measured at every concurrency (full: 3 5 7)")
     p.add_argument("--extra-k", dest="extra_ks", nargs="*", type=int, metavar="K",
-                   help="more K values, only at --extra-k-at (full: 1 2 4 6 8)")
+                   help="more K values, only at --extra-k-at (full: 1 2 4 6 8); the flag alone: none")
     p.add_argument("--extra-k-at", dest="extra_ks_at", nargs="+", type=int, metavar="C",
                    help="concurrencies for --extra-k (full: 1 64)")
     p.add_argument("-c", "--concurrency", dest="concurrencies", nargs="+", type=int, metavar="C",
