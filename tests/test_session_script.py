@@ -24,18 +24,22 @@ def test_the_session_script_runs_every_stage_and_packages_the_heads(tmp_path):
     env = dict(os.environ, SMOKE="1", DEVICE="cpu", OUT=str(out), WORK=str(work), PYTHON=sys.executable,
                OMP_NUM_THREADS="1", NGPU="1", TRAIN_BUDGET_S="12", TRAIN_EXTRA="--cod-ratio-min 0.3", SWEEP="1",
                OPENING_WEIGHT="13",
-               RUNS="eagle3:1 peagle:1::--cod-ratio=0.6")  # the P-EAGLE run with flags of its own
+               RUNS="eagle3:1 peagle:1::--cod-ratio=0.6,--exclude-domains,writing")  # P-EAGLE: flags of its own
     run = subprocess.run(["bash", "scripts/gpu/train_heads_h200.sh"], cwd=REPO, env=env, capture_output=True,
                          text=True, timeout=900)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     results = json.loads((out / "results.json").read_text())
-    assert set(results["heads"]) == {"eagle3-1l", "peagle-1l-cod-ratio-0.6"}  # a run with FLAGS is named after them
+    pe = "peagle-1l-cod-ratio-0.6-exclude-domains-writing"
+    assert set(results["heads"]) == {"eagle3-1l", pe}  # a run with FLAGS is named after them
     assert set(results["stage_seconds"]) >= {"data", "train", "bench", "eval"}
     assert "sweep" not in results["stage_seconds"]  # SMOKE skips the sweep: it needs the real model
-    for name, cod_ratio in (("eagle3-1l", 0.7), ("peagle-1l-cod-ratio-0.6", 0.6)):  # TRAIN_EXTRA reached every run,
-        summary = json.loads((work / "runs" / name / "summary.json").read_text())  # the run's FLAGS only its own
+    examples = {}
+    for name, cod_ratio, left_out in (("eagle3-1l", 0.7, []), (pe, 0.6, ["writing"])):  # TRAIN_EXTRA reached
+        summary = json.loads((work / "runs" / name / "summary.json").read_text())  # every run, FLAGS only their own
         assert "--cod-ratio-min 0.3" in summary["command"] and summary["config"]["cod_ratio_min"] == 0.3
-        assert summary["config"]["cod_ratio"] == cod_ratio
+        assert summary["config"]["cod_ratio"] == cod_ratio and summary["excluded_domains"] == left_out
+        examples[name] = summary["train_examples"]
+    assert examples[pe] < examples["eagle3-1l"]  # the data A/B: the same folder without its writing
     card = json.loads((work / "data" / "card.json").read_text())
     assert card["throughput"]["per_rank"][0]["phases"]["greedy"]["engine"]["prefills"] >= 1  # by StreamDecoder
     magpie = card["sources"]["magpie"]  # OPENING_WEIGHT reached the data stage: half the turns began with openings
@@ -45,7 +49,7 @@ def test_the_session_script_runs_every_stage_and_packages_the_heads(tmp_path):
     archive.write_bytes(b"".join(p.read_bytes() for p in parts))
     with tarfile.open(archive) as tar:
         names = tar.getnames()
-    assert any(n.endswith("peagle-1l-cod-ratio-0.6/config.json") for n in names)
+    assert any(n.endswith(f"{pe}/config.json") for n in names)
     assert any(n.endswith(".safetensors") for n in names)
 
 

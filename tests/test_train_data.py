@@ -270,3 +270,27 @@ def test_a_spent_budget_admits_no_prompt():
     got = data_mod.generate_responses(_target(), [("p", "magpie", "g", [5, 6, 7])], temperature=0.0,
                                       max_new_tokens=8, concurrency=4, seed=0, budget=budget, progress=False)
     assert got == [] and budget.stopped_by == "token_target"
+
+
+def test_a_run_can_leave_out_a_domain_and_says_which(dataset, tmp_path, capsys):
+    """``train --exclude-domains``: the data ablation trains on the rest, keeps the held-out split whole, and a
+    domain the data does not have is an error naming it."""
+    from peagle_lab.train.cli import main
+
+    out, card, _ = dataset
+    train = load_split(out, "train")
+    general = sum(r.domain == "general" for r in train)
+    assert 0 < general < len(train)
+    args = ["train", "--tiny", "--data", str(out), "--method", "peagle", "--steps", "2", "--batch-size", "2",
+            "--row-len", "32", "--k-train", "2", "--draft-vocab-size", "64", "--no-eval", "--no-progress",
+            "--ckpt-every", "0"]
+    assert main([*args, "--out", str(tmp_path / "run"), "--exclude-domains", "general"]) == 0
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["train_examples"] == len(train) - general and summary["excluded_domains"] == ["general"]
+    assert summary["heldout_examples"] == len(load_split(out, "heldout"))
+    assert f"left out {{'general': {general}}}" in capsys.readouterr().out
+    assert main([*args, "--out", str(tmp_path / "bad"), "--exclude-domains", "poetry"]) == 2
+    err = capsys.readouterr().err
+    assert "exclude domains ['poetry']: the training data has no such domain; it has" in err and "general" in err
+    tiny_only = ["train", "--tiny", "--method", "peagle", "--out", str(tmp_path / "none"), "--exclude-domains", "x"]
+    assert main(tiny_only) == 2 and "--exclude-domains x needs --data" in capsys.readouterr().err

@@ -38,8 +38,8 @@ from typing import Iterable, NamedTuple
 from ..chat import encode_chat
 from ..config import check_int
 from .data_files import (  # noqa: F401  (load_split is re-exported: train.data is its public home)
-    FORMAT, Example, clear_folder, environment, load_split, merge_split_stats, split_stats, throughput_section,
-    write_card, write_split,
+    FORMAT, Example, clear_folder, drop_domains, environment, load_split, merge_split_stats, split_stats,
+    throughput_section, write_card, write_split,
 )
 from .dist import all_gather_objects, barrier, rank_and_world, shard
 from .prompts import (

@@ -107,6 +107,29 @@ def split_stats(examples: list[Example]) -> dict:
     return _with_shares(dict(s, **{k: dict(sorted(c.items())) for k, c in tallies.items()}))
 
 
+def drop_domains(examples: list[Example], domains) -> tuple[list[Example], dict[str, int]]:
+    """``examples`` without those of ``domains`` (a data ablation), and how many each named domain held.
+
+    An example's domain is its Magpie domain, else its source (``code``, ``math``, ``writing``). A domain
+    the examples do not have is an error, so a misspelt name cannot leave the data whole unnoticed.
+
+    >>> ex = [Example("p", "magpie", "g", "greedy", [1, 2], 1, True, "openings"),
+    ...       Example("q", "code", "h", "greedy", [3, 4], 1, True, "code")]
+    >>> kept, dropped = drop_domains(ex, ["openings"])
+    >>> [e.prompt for e in kept], dropped
+    (['q'], {'openings': 1})
+    """
+    have = Counter(e.domain or e.source for e in examples)
+    unknown = [d for d in domains if d not in have]
+    if unknown:
+        raise ValueError(f"exclude domains {unknown}: the training data has no such domain; "
+                         f"it has {', '.join(sorted(have))}")
+    kept = [e for e in examples if (e.domain or e.source) not in set(domains)]
+    if not kept:
+        raise ValueError(f"excluding {sorted(set(domains))} leaves no training examples")
+    return kept, {d: have[d] for d in dict.fromkeys(domains)}
+
+
 def merge_split_stats(parts: list[dict]) -> dict:
     """One ``split_stats`` from the ranks' own (ranks hold disjoint prompts, so counts add up).
 

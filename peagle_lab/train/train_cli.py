@@ -74,15 +74,24 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
                         "what this run compiled back to it at the end: a later machine skips most compilation")
     p.add_argument("--head-dtype", default="float32", choices=["float32", "bfloat16"], help="dtype of out/head")
     p.add_argument("--tiny-examples", type=int, default=96, help="--tiny: training sequences to generate")
+    p.add_argument("--exclude-domains", nargs="+", metavar="DOMAIN", default=None,
+                   help="train without the examples of these domains (a Magpie domain such as openings, or a "
+                        "source: code, math, writing): a data ablation beside a run on the whole folder; the "
+                        "held-out split stays whole")
 
 
 def _train_data(args, target):
     if args.data:
-        from .data import load_split
+        from .data import drop_domains, load_split
 
         card_file = Path(args.data) / "card.json"
         card = json.loads(card_file.read_text()) if card_file.is_file() else None
-        return load_split(args.data, "train"), load_split(args.data, "heldout"), card
+        train = load_split(args.data, "train")
+        if args.exclude_domains:
+            train, dropped = drop_domains(train, args.exclude_domains)
+            print(f"--exclude-domains: left out {dropped} ({sum(dropped.values())} examples); "
+                  f"training on {len(train)}", flush=True)
+        return train, load_split(args.data, "heldout"), card
     from .tiny import tiny_examples
 
     return tiny_examples(target, args.tiny_examples, args.seed), tiny_examples(target, 8, args.seed + 1), None
@@ -165,6 +174,9 @@ def run_train(args) -> int:
     t0 = time.monotonic()
     if not args.data and not args.tiny:
         raise ValueError("--data is required (a folder from train-data), unless --tiny")
+    if args.exclude_domains and not args.data:
+        raise ValueError(f"--exclude-domains {' '.join(args.exclude_domains)} needs --data (the --tiny data has "
+                         "no domains)")
     k_train = args.k_train or (7 if args.method == "eagle3" else 8)
     cfg = TrainConfig(
         method=args.method, steps=args.steps, time_budget_s=args.time_budget_s, lr=args.lr, schedule=args.schedule,
@@ -204,6 +216,7 @@ def run_train(args) -> int:
                            "runs": prior["runs"] + [this_run]},
             "command": command_line(args), "data": args.data, "train_examples": len(train),
             "heldout_examples": len(heldout), "data_card": card_digest(data_card),
+            "excluded_domains": args.exclude_domains or [],
         }
         head_dtype = torch.bfloat16 if args.head_dtype == "bfloat16" else torch.float32
         save_head(drafter, out / "head", dtype=head_dtype,

@@ -79,8 +79,9 @@ echo "commit ${PEAGLE_LAB_COMMIT:-$(git -C "$REPO" rev-parse HEAD 2>/dev/null ||
 # RUNS: METHOD:LAYERS[:WARM_START_HEAD[:FLAGS]] each, parsed before the data stage so that a bad spec fails at
 # once; run i goes to GPU i mod NGPU, in waves of NGPU runs, every run alone on its GPU for TRAIN_BUDGET_S (the
 # fair protocol: the same GPU for the same time). FLAGS: train flags for this run alone, comma-separated (e.g.
-# "peagle:4:HEAD:--cod-ratio-min=0.3,--lr=5e-4", a recipe A/B beside "peagle:4:HEAD"); such a run is named after
-# them (peagle-4l-cod-ratio-min-0.3-lr-5e-4), so give the sweep its head with SWEEP_PEAGLE.
+# "peagle:4:HEAD:--cod-ratio-min=0.3,--lr=5e-4", a recipe A/B beside "peagle:4:HEAD"; "peagle:4:HEAD:--exclude-domains,openings",
+# a data A/B: the same data without one domain); such a run is named after them (peagle-4l-cod-ratio-min-0.3-lr-5e-4,
+# peagle-4l-exclude-domains-openings), so give the sweep its head with SWEEP_PEAGLE.
 read -r -a SPECS <<< "${RUNS:-eagle3:1${INIT_EAGLE3:+:$INIT_EAGLE3} peagle:${PEAGLE_LAYERS:-1}${INIT_PEAGLE:+:$INIT_PEAGLE}}"
 NAMES=(); METHODS=(); LAYERS=(); INITS=(); FLAGS=()
 for spec in "${SPECS[@]}"; do
