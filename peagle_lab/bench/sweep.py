@@ -391,7 +391,10 @@ def run_sweep(target, tokenizer, drafters: dict, cfg: SweepConfig, *, run_info: 
             tokens_out[(cell.workload, cell.method, cell.k, cell.concurrency)] = tokens
         if cell.method == "baseline":
             baseline_tokens[(cell.workload, cell.concurrency)] = tokens
-        bar.step(_label(cell), f"{row.tps:.1f} tok/s, AL {row.acceptance_length:.2f}, {time.monotonic() - t_cell:.1f} s")
+        first = row.extra.get("first_draft_ms")
+        prefill = f"prefill {row.prefill_ms:.1f} ms" + (f" (first draft {first:.1f})" if first is not None else "")
+        bar.step(_label(cell), f"{row.tps:.1f} tok/s, AL {row.acceptance_length:.2f}, {prefill}, "
+                               f"{time.monotonic() - t_cell:.1f} s")
         if on_update:
             on_update(result)
 
