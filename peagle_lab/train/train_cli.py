@@ -162,23 +162,17 @@ def _run_with_compile_cache(trainer, args, is_main: bool):
     return result, cache
 
 
-@reports_errors
-def run_train(args) -> int:
-    """Train one head as ``args`` say; rank 0 writes the run folder; returns the exit status."""
-    from ..devices import resolve_device
-    from ..heads.io import save_head
-    from .dist import init_distributed, shutdown
-    from .evaluate import model_card, reports_from_json
-    from .loop import PrintEvery, Trainer, TrainConfig
+def _train_config(args) -> "TrainConfig":
+    """The ``TrainConfig`` the arguments ask for, after the checks that need nothing loaded."""
+    from .loop import TrainConfig
 
-    t0 = time.monotonic()
     if not args.data and not args.tiny:
         raise ValueError("--data is required (a folder from train-data), unless --tiny")
     if args.exclude_domains and not args.data:
         raise ValueError(f"--exclude-domains {' '.join(args.exclude_domains)} needs --data (the --tiny data has "
                          "no domains)")
     k_train = args.k_train or (7 if args.method == "eagle3" else 8)
-    cfg = TrainConfig(
+    return TrainConfig(
         method=args.method, steps=args.steps, time_budget_s=args.time_budget_s, lr=args.lr, schedule=args.schedule,
         warmup_fraction=args.warmup_fraction, decay_fraction=args.decay_fraction, min_lr_ratio=args.min_lr_ratio,
         batch_size=args.batch_size, row_len=args.row_len, k_train=k_train, cod_ratio=args.cod_ratio,
@@ -187,6 +181,19 @@ def run_train(args) -> int:
         eval_at_end=not args.no_eval, eval_ks=tuple(int(k) for k in args.eval_ks.split(",")),
         eval_prompts=args.eval_prompts, eval_max_new_tokens=args.eval_max_new_tokens, amp=args.amp,
         compile=args.compile)
+
+
+@reports_errors
+def run_train(args) -> int:
+    """Train one head as ``args`` say; rank 0 writes the run folder; returns the exit status."""
+    from ..devices import resolve_device
+    from ..heads.io import save_head
+    from .dist import init_distributed, shutdown
+    from .evaluate import model_card, reports_from_json
+    from .loop import PrintEvery, Trainer
+
+    t0 = time.monotonic()
+    cfg = _train_config(args)
     window = parse_window(args.sliding_window, "--sliding-window")
     dist = init_distributed(resolve_device(args.device))
     args.device = str(dist.device)
