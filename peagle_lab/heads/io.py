@@ -243,7 +243,7 @@ def head_digest(path: Path | str) -> str:
     import hashlib
 
     path = Path(path)
-    files = sorted(path.glob("*.safetensors")) or sorted(path.glob("*.bin")) + sorted(path.glob("*.pt"))
+    files = _weight_files(path)
     if not files:
         raise CheckpointError(f"{path}: no weights (*.safetensors, or tensor-only *.bin) to fingerprint")
     h = hashlib.sha256()
@@ -252,28 +252,30 @@ def head_digest(path: Path | str) -> str:
     return h.hexdigest()[:16]
 
 
+def _weight_files(path: Path) -> list[Path]:
+    """A head folder's weight files: its ``*.safetensors``, else (research checkpoints) ``*.bin`` and ``*.pt``."""
+    return sorted(path.glob("*.safetensors")) or sorted(path.glob("*.bin")) + sorted(path.glob("*.pt"))
+
+
 def _read_weights(path: Path) -> dict[str, torch.Tensor]:
     from safetensors.torch import load_file
 
-    files = sorted(path.glob("*.safetensors"))
     sums = path / "checksums.json"
     expected = json.loads(sums.read_text()) if sums.is_file() else {}
     sd: dict[str, torch.Tensor] = {}
-    for f in files:
+    for f in _weight_files(path):
+        if f.suffix != ".safetensors":  # research checkpoints: tensors only, never arbitrary objects
+            try:
+                sd.update(torch.load(str(f), map_location="cpu", weights_only=True))
+            except Exception as e:
+                raise CheckpointError(f"{f}: not a plain tensor checkpoint ({type(e).__name__}: {e})") from None
+            continue
         if f.name in expected and sha256_file(f) != expected[f.name]:
             raise CheckpointError(f"{f}: sha256 does not match checksums.json (truncated or corrupted)")
         try:
             sd.update(load_file(str(f)))
         except Exception as e:
             raise CheckpointError(f"{f}: cannot read safetensors file ({e})") from None
-    if not files:
-        bins = sorted(path.glob("*.bin")) + sorted(path.glob("*.pt"))
-        for f in bins:  # research checkpoints: tensors only, never arbitrary objects
-            try:
-                obj = torch.load(str(f), map_location="cpu", weights_only=True)
-            except Exception as e:
-                raise CheckpointError(f"{f}: not a plain tensor checkpoint ({type(e).__name__}: {e})") from None
-            sd.update(obj)
     if not sd:
         raise CheckpointError(f"{path}: no weights (*.safetensors, or tensor-only *.bin)")
     return sd
