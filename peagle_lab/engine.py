@@ -585,7 +585,7 @@ class SpecDecoder:
         # start: the position of each request's newest token (not yet processed by the target)
         st = _State(nxt, draft, lens.clone(), _device_flags([not d for d in done], dev))
         prefill_s = time.perf_counter() - t0  # nxt.tolist() waited for the first draft, queued before it
-        counts.first_draft_s = timer.ms(first_marks[0], first_marks[2]) / 1e3 if K else 0.0
+        first_draft_s = timer.ms(first_marks[0], first_marks[2]) / 1e3 if K else 0.0
 
         t1 = time.perf_counter()
         launched = self._launch(st, cache_t, cache_d, max_len, gen, timer) if not all(done) else None
@@ -616,7 +616,8 @@ class SpecDecoder:
             torch.cuda.synchronize()
         decode_s = time.perf_counter() - t1
         outs = [step.trim(o, eos, max_new) for o in by_request]
-        metrics = counts.metrics(cfg.method, c, len(trace), sum(len(o) for o in outs), prefill_s, decode_s)
+        metrics = counts.metrics(cfg.method, c, len(trace), sum(len(o) for o in outs), prefill_s, decode_s,
+                                 first_draft_s)
         return GenerationResult(outs, metrics, [_step_trace(timer, *t) for t in trace])
 
     def _compact(self, st: "_State", outputs: list[list[int]], done: list[bool], longest: int, *caches):
@@ -804,9 +805,8 @@ class SpecDecoder:
             torch.cuda.synchronize()
         wall = time.perf_counter() - t0
         prefill_s = sum(timer.ms(a, b) for a, b in spans) / 1e3
-        counts.first_draft_s = sum(timer.ms(a, b) for a, b in draft_spans) / 1e3
         metrics = counts.metrics(cfg.method, len(prompts), len(trace), sum(len(r) for r in results), prefill_s,
-                                 max(wall - prefill_s, 0.0))
+                                 max(wall - prefill_s, 0.0), sum(timer.ms(a, b) for a, b in draft_spans) / 1e3)
         return GenerationResult(results, metrics, [_step_trace(timer, *t) for t in trace])
 
     def _admitted(self, st: "_State", rows: list[int], nxt: torch.Tensor, draft: DraftResult | None,
@@ -849,7 +849,6 @@ class _Counts:
     def __init__(self, k: int) -> None:
         self.k, self.drafts, self.accepted = k, 0, 0
         self.per_position = [0] * k
-        self.first_draft_s = 0.0  # set by the caller: the first drafts' device time, within prefill_s
 
     def add(self, accepted: list[int]) -> None:
         """One step: each request that was decoding drafted once and kept ``accepted[i]`` drafts."""
@@ -860,9 +859,9 @@ class _Counts:
                 self.per_position[i] += 1
 
     def metrics(self, method: str, c: int, steps: int, output_tokens: int, prefill_s: float,
-                decode_s: float) -> Metrics:
+                decode_s: float, first_draft_s: float) -> Metrics:
         return Metrics(method, self.k, c, steps, self.drafts, self.drafts * self.k, self.accepted,
-                       tuple(self.per_position), output_tokens, prefill_s, decode_s, self.first_draft_s)
+                       tuple(self.per_position), output_tokens, prefill_s, decode_s, first_draft_s)
 
 
 @dataclass(frozen=True)
