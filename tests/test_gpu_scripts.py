@@ -120,6 +120,18 @@ def test_h200_wait_fetches_a_finished_pipeline_over_several_calls_within_a_byte_
     assert (tmp_path / "out1" / "heads.tgz.part-4").read_bytes() == bytes([4]) * 3000
 
 
+def test_h200_wait_says_at_once_that_no_pipeline_runs_on_a_fresh_machine(tmp_path):
+    """A machine released between calls comes back bare: with no log and no exit status the script must not
+    sleep out its limit (the 28th session lost 540 s of device time that way) but exit 3 with the reason."""
+    out = tmp_path / "out"
+    out.mkdir()
+    run = subprocess.run(["bash", "scripts/gpu/h200_wait.sh", "540"], cwd=REPO, capture_output=True, text=True,
+                         timeout=30, env={"PATH": "/usr/bin:/bin", "OUT": str(out), "PIPE_ROOT": str(tmp_path)})
+    assert run.returncode == 3
+    assert "no pipeline on this machine" in run.stderr and "released between calls" in run.stderr
+    assert list(out.iterdir()) == []
+
+
 # Variables that compilers and torch.compile read from the environment: a shell script that assigns one
 # (4ca382f's train_heads_h200.sh set CC to a folder) breaks inductor's C++ builds in every child process.
 TOOLCHAIN_VARS = ("CC", "CXX", "CFLAGS", "CXXFLAGS", "CPPFLAGS", "LDFLAGS", "LD", "AR", "CPATH", "LIBRARY_PATH")

@@ -8,11 +8,20 @@
 # 15 MiB parts (eighth session). What did not fit is listed; the next call fetches it with
 #   bash scripts/gpu/h200_wait.sh 0       # (within 30 s, while the machine is warm) until nothing is left
 # PIPE_ROOT (default /tmp) moves pipeline.rc, pipeline.log, pipeline_out/ and pipeline_fetched (for tests).
+# Exits 3 at once when neither pipeline.log nor pipeline.rc exists (no pipeline here: a fresh machine).
 LIMIT=${1:-560}
 OUT=${OUT:?set OUT}
 FETCH_BYTES=${FETCH_BYTES:-$((56 * 1024 * 1024))}
 R=${PIPE_ROOT:-/tmp}
 t0=$SECONDS
+# No log and no exit status: nothing was started on this machine, or the machine was released and a fresh
+# one answered this call (a gap over 30 s between calls). Waiting would spend the whole LIMIT of device time
+# on nothing, as it did in the 28th session (540 s), so say so at once.
+if ! [ -f $R/pipeline.log ] && ! [ -f $R/pipeline.rc ]; then
+  echo "h200_wait.sh: no pipeline on this machine ($R/pipeline.log and $R/pipeline.rc are missing): it was never" \
+       "started here, or the machine was released between calls and this is a fresh one (start it again)" >&2
+  exit 3
+fi
 while [ $((SECONDS - t0)) -lt "$LIMIT" ] && ! [ -f $R/pipeline.rc ]; do sleep 20
   echo "--- $((SECONDS - t0)) s: $(grep -c . $R/pipeline.log 2>/dev/null) log lines; $(grep '###' $R/pipeline.log | tail -1)"
 done

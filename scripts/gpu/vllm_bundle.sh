@@ -3,8 +3,10 @@
 # an H200 uses, its missing dependencies, the SmolLM2 GGUF and the shipped heads' weights, in parts
 # small enough for one device call each.
 #
-#   bash scripts/gpu/vllm_bundle.sh [PART_MIB]     # default 55: the tracked tree (~6.5 MiB) rides along
-#                                                 # and a call carries 64 MiB in all
+#   bash scripts/gpu/vllm_bundle.sh [PART_MIB]     # default: 62 MiB less the tree that rides along with each
+#                                                 # part (tracked and untracked-not-ignored files, the heads'
+#                                                 # weights aside: ~14 MiB in December 2026), since a call
+#                                                 # carries 64 MiB in all
 #
 # Steps: download every wheel of scripts/gpu/vllm_wheels.txt (pip, --no-deps, cp312 manylinux) and
 # check its sha256; unpack vLLM and drop what an H200 run never loads (FlashAttention-2, the MoE
@@ -43,7 +45,12 @@ if [ "${1:-}" = "--restore" ]; then
 fi
 with_vllm=1
 if [ "${1:-}" = "--no-vllm" ]; then with_vllm=0; shift; fi
-part_mib=${1:-55}
+# what travels beside each part: the tree without the heads' weights (they go aside for the calls)
+tree_mib=$(( ($(git ls-files -z --cached --others --exclude-standard | grep -zv '^peagle_lab/heads/.*\.safetensors$' \
+  | xargs -0 du -cb 2>/dev/null | tail -1 | cut -f1) + 1048575) / 1048576 ))
+part_mib=${1:-$((62 - tree_mib))}
+case $part_mib in ''|*[!0-9]*|0) echo "vllm_bundle.sh: part size '$part_mib' MiB is not a positive integer" >&2; exit 2;; esac
+[ $((part_mib + tree_mib)) -le 64 ] || echo "vllm_bundle.sh: warning: $part_mib MiB parts and the $tree_mib MiB tree exceed a call's 64 MiB" >&2
 PY=${PYTHON:-python3}
 wheels=$stage/wheels
 mkdir -p "$wheels"
