@@ -38,6 +38,7 @@ def test_prompts_per_cell_are_whole_batches():
     (dict(concurrencies=()), "concurrencies"), (dict(temperature=-1), "temperature"),
     (dict(max_new_tokens=0), "max_new_tokens"), (dict(long_context_tokens=(10, 5)), "long_context_tokens"),
     (dict(time_budget_s=0), "time_budget_s"), (dict(workloads=("poems",)), "workloads"),
+    (dict(repeats=0), "repeats"),
 ])
 def test_bad_configs_raise_value_errors(kw, message):
     with pytest.raises(ValueError, match=message):
@@ -131,9 +132,11 @@ def test_draft_window_and_eager_prefill_flags_reach_the_run(tmp_path):
     out = tmp_path / "bench"
     argv = ["--tiny", "--workloads", "chat", "-c", "1", "-k", "2", "--extra-k", "--no-reference", "--out", str(out),
             "--no-progress", *TORCH_KERNELS]
-    assert bench_main([*argv, "--draft-window", "3", "--eager-prefill", "--continuous", "2", "--refill-divisor", "8"]) == 0
+    assert bench_main([*argv, "--draft-window", "3", "--eager-prefill", "--continuous", "2", "--refill-divisor", "8",
+                       "--repeats", "2"]) == 0
     res = read_json(out / "bench.json")
     assert res.config["draft_window"] == {"eagle3": 3, "peagle": 3} and res.config["prefill_graphs"] is False
+    assert res.config["repeats"] == 2 and all(len(r.extra["tps_runs"]) == 2 for r in res.rows)
     assert (res.config["continuous"], res.config["refill_divisor"]) == (2, 8)
     assert res.config["first_draft_graphs"] is True and res.config["decode_attention"] == "auto"
     assert bench_main([*argv, "--prefill-graphs", "--eager-first-draft", "--decode-attention", "sdpa"]) == 0
@@ -185,6 +188,44 @@ def test_every_batch_of_a_cell_is_warmed_before_it_is_timed_for_every_method(met
     assert [b for b, _ in warm] == batches and all(n < 12 for _, n in warm)  # short, untimed
     assert [b for b, _ in timed] == batches and all(n == 12 for _, n in timed)
     assert row.num_prompts == 3
+
+
+class _TimedEngine:
+    """An engine stand-in whose timed calls take the walls given, one per call, and tag their tokens."""
+
+    warmup_s, compiled = 0.0, False
+
+    def __init__(self, walls):
+        self.walls, self.timed = list(walls), 0
+
+    def warm_widths(self, c):
+        return []
+
+    def generate(self, batch, max_new_tokens, **kw):
+        if max_new_tokens < 9:  # the warm-up
+            return _result(max_new_tokens, [], 0, 0, (), 0.0, 1.0, c=len(batch))
+        wall = self.walls[self.timed]
+        self.timed += 1
+        res = _result(max_new_tokens, [], 0, 0, (), wall / 4, 3 * wall / 4, c=len(batch))
+        return GenerationResult([[self.timed] * max_new_tokens] * len(batch), res.metrics, res.trace)
+
+
+def test_repeats_time_a_cell_several_times_and_keep_the_pass_of_median_tps():
+    """One noisy pass (a slow prefill) must not set a cell's row: of three passes the median one is kept,
+    every pass's TPS is recorded, and the tokens returned are that pass's."""
+    prompts = load_workload("chat", 2, tokenizer=HashTokenizer(100))
+    cfg = SweepConfig(max_new_tokens=10, min_prompts=2, repeats=3)
+    engine = _TimedEngine([0.5, 0.1, 0.2])  # seconds a pass (one batch of 2 at c = 2)
+    row, tokens = measure_cell(engine, Cell("chat", "baseline", 0, 2), prompts, cfg)
+    assert engine.timed == 3
+    assert row.extra["tps_runs"] == [40.0, 200.0, 100.0] and row.tps == pytest.approx(100.0)
+    assert tokens == [[3] * 10] * 2  # the third pass's
+    two = measure_cell(_TimedEngine([0.5, 0.1]), Cell("chat", "baseline", 0, 2), prompts,
+                       SweepConfig(max_new_tokens=10, min_prompts=2, repeats=2))[0]
+    assert two.tps == pytest.approx(40.0)  # an even count keeps the lower median
+    one = measure_cell(_TimedEngine([0.5]), Cell("chat", "baseline", 0, 2), prompts,
+                       SweepConfig(max_new_tokens=10, min_prompts=2))[0]
+    assert "tps_runs" not in one.extra and one.tps == pytest.approx(40.0)
 
 
 def test_continuous_cells_decode_n_times_c_requests_in_one_call_with_prompts_in_turn():

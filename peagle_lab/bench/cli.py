@@ -57,6 +57,9 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workloads", nargs="+", choices=WORKLOADS, help="default: chat code long")
     p.add_argument("--max-new-tokens", type=int, help="per request, every cell (full: 128)")
     p.add_argument("--min-prompts", type=int, help="prompts per cell at least (full: 4)")
+    p.add_argument("--repeats", type=int, metavar="R",
+                   help="timed passes per cell; the row is the pass of median TPS, extra.tps_runs lists all "
+                        "(default 1)")
     p.add_argument("--continuous", type=int, metavar="N",
                    help="continuous batching at c > 1: N x c requests a cell, rows refilled as requests "
                         "finish (default 0: static batches of c)")
@@ -74,16 +77,7 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-reference", action="store_true", help="skip transformers' static-cache generate")
     p.add_argument("--reference-workloads", nargs="+", choices=WORKLOADS, help="default: chat code")
     p.add_argument("--reference-concurrency", nargs="+", type=int, metavar="C", help="default: 1")
-    p.add_argument("--no-cuda-graphs", action="store_true")
-    p.add_argument("--prefill-graphs", action="store_const", const=True, default=None,
-                   help="prefill at padded widths, a CUDA graph per shape (default on CUDA; on a CPU: pad only)")
-    p.add_argument("--eager-prefill", action="store_true",
-                   help="prefill without CUDA graphs at the prompts' own width (SpecConfig.prefill_graphs=False)")
-    first = p.add_mutually_exclusive_group()
-    first.add_argument("--first-draft-graphs", action="store_const", const=True, default=None,
-                       help="the first draft after a graphed prefill as one CUDA graph per padded shape (default)")
-    first.add_argument("--eager-first-draft", dest="first_draft_graphs", action="store_const", const=False,
-                       help="the first draft eagerly at the prompts' own width (SpecConfig.first_draft_graphs=False)")
+    _add_graph_arguments(p)
     p.add_argument("--draft-window", metavar="N|none",
                    help="override the heads' drafting attention window (sliding_window): N positions, or none")
     p.add_argument("--compile", choices=COMPILE_MODES,
@@ -102,6 +96,20 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-report", action="store_true", help="write JSON and CSV only")
     p.add_argument("--inline-plotlyjs", action="store_true", help="embed plotly.js in report.html")
     p.add_argument("--no-progress", action="store_true")
+
+
+def _add_graph_arguments(p: argparse.ArgumentParser) -> None:
+    """The CUDA-graph flags of ``bench``: the decode step's, the prefill's and the first draft's."""
+    p.add_argument("--no-cuda-graphs", action="store_true")
+    p.add_argument("--prefill-graphs", action="store_const", const=True, default=None,
+                   help="prefill at padded widths, a CUDA graph per shape (default on CUDA; on a CPU: pad only)")
+    p.add_argument("--eager-prefill", action="store_true",
+                   help="prefill without CUDA graphs at the prompts' own width (SpecConfig.prefill_graphs=False)")
+    first = p.add_mutually_exclusive_group()
+    first.add_argument("--first-draft-graphs", action="store_const", const=True, default=None,
+                       help="the first draft after a graphed prefill as one CUDA graph per padded shape (default)")
+    first.add_argument("--eager-first-draft", dest="first_draft_graphs", action="store_const", const=False,
+                       help="the first draft eagerly at the prompts' own width (SpecConfig.first_draft_graphs=False)")
 
 
 def sweep_config(args) -> SweepConfig:

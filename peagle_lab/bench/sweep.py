@@ -50,6 +50,10 @@ class SweepConfig:
     temperature: float = 0.0  # 0: greedy verification; > 0: rejection sampling
     max_new_tokens: int = 128  # per request, every cell
     min_prompts: int = 4  # a cell decodes c·⌈min_prompts/c⌉ prompts, in batches of c
+    # timed passes over a cell's batches after its warm-up: the row is the pass of median TPS, and with
+    # more than one, extra["tps_runs"] lists every pass's TPS (a c = 64 cell is one batch, whose one
+    # prefill swung 17-37 ms between cells on the H200 in the 28th session)
+    repeats: int = 1
     # > 0: cells at c > 1 batch continuously (SpecDecoder.generate(..., concurrency=c)) over
     # max(min_prompts, continuous·c) requests, the workload's prompts taken in turn (repeated when it
     # has fewer); 0: static batches of c, each decoding until its slowest request is done
@@ -93,6 +97,7 @@ class SweepConfig:
             raise ValueError(f"temperature={self.temperature!r} must be a number in [0, 100]")
         check_int("max_new_tokens", self.max_new_tokens, 1, 1 << 16)
         check_int("min_prompts", self.min_prompts, 1, 4096)
+        check_int("repeats", self.repeats, 1, 100)
         check_int("continuous", self.continuous, 0, 64)
         check_int("refill_divisor", self.refill_divisor, 1, 4096)
         if self.max_batch_tokens is not None:
@@ -207,8 +212,13 @@ def measure_cell(engine: SpecDecoder, cell: Cell, prompts: list[Prompt],
         engine.generate(batch, max_new_tokens=warm_new, **kw)
     if not continuous:  # the narrower widths a batch compacts to, which a short warm-up rarely reaches
         engine.warm_widths(min(c, len(ids)))
-    results = [engine.generate(b, max_new_tokens=cfg.max_new_tokens, **kw) for b in batches]
-    row = cell_row(cell, results, cfg)
+    passes = [[engine.generate(b, max_new_tokens=cfg.max_new_tokens, **kw) for b in batches]
+              for _ in range(cfg.repeats)]
+    rows = [cell_row(cell, results, cfg) for results in passes]
+    middle = sorted(range(len(rows)), key=lambda i: rows[i].tps)[(len(rows) - 1) // 2]  # the lower median
+    row, results = rows[middle], passes[middle]
+    if cfg.repeats > 1:
+        row.extra["tps_runs"] = [round(r.tps, 1) for r in rows]
     # Compilation, warm-up and CUDA-graph capture of this cell's shapes (not in its timing);
     # compiled code is shared across cells, so the first cell of each shape family pays most.
     row.extra.update(warmup_s=round(engine.warmup_s, 3), compiled=engine.compiled,
