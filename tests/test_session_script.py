@@ -22,7 +22,7 @@ REPO = Path(__file__).resolve().parents[1]
 def test_the_session_script_runs_every_stage_and_packages_the_heads(tmp_path):
     out, work = tmp_path / "out", tmp_path / "work"
     env = dict(os.environ, SMOKE="1", DEVICE="cpu", OUT=str(out), WORK=str(work), PYTHON=sys.executable,
-               OMP_NUM_THREADS="1", NGPU="1", TRAIN_BUDGET_S="12", TRAIN_EXTRA="--cod-ratio-min 0.3", SWEEP="1",
+               OMP_NUM_THREADS="1", NGPU="1", TRAIN_STEPS="4", TRAIN_EXTRA="--cod-ratio-min 0.3", SWEEP="1",
                OPENING_WEIGHT="13",
                RUNS="eagle3:1 peagle:1::--cod-ratio=0.6,--exclude-domains,writing")  # P-EAGLE: flags of its own
     run = subprocess.run(["bash", "scripts/gpu/train_heads_h200.sh"], cwd=REPO, env=env, capture_output=True,
@@ -38,6 +38,7 @@ def test_the_session_script_runs_every_stage_and_packages_the_heads(tmp_path):
         summary = json.loads((work / "runs" / name / "summary.json").read_text())  # every run, FLAGS only their own
         assert "--cod-ratio-min 0.3" in summary["command"] and summary["config"]["cod_ratio_min"] == 0.3
         assert summary["config"]["cod_ratio"] == cod_ratio and summary["excluded_domains"] == left_out
+        assert summary["steps"] == 4 and summary["config"]["time_budget_s"] is None  # TRAIN_STEPS, not a budget
         examples[name] = summary["train_examples"]
     assert examples[pe] < examples["eagle3-1l"]  # the data A/B: the same folder without its writing
     card = json.loads((work / "data" / "card.json").read_text())
@@ -66,3 +67,13 @@ def test_a_bad_runs_spec_stops_the_session_before_the_data_stage(tmp_path, runs,
                          text=True, timeout=120)
     assert run.returncode == 2 and says in run.stdout
     assert not (tmp_path / "work" / "data").exists()  # no device time spent on data
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+def test_a_bad_train_steps_stops_the_session_before_the_data_stage(tmp_path):
+    env = dict(os.environ, SMOKE="1", DEVICE="cpu", OUT=str(tmp_path / "out"), WORK=str(tmp_path / "work"),
+               PYTHON=sys.executable, NGPU="1", TRAIN_STEPS="1e3")
+    run = subprocess.run(["bash", "scripts/gpu/train_heads_h200.sh"], cwd=REPO, env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert run.returncode == 2 and "TRAIN_STEPS='1e3' is not a positive integer" in run.stdout
+    assert not (tmp_path / "work" / "data").exists()

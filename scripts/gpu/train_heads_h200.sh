@@ -27,6 +27,9 @@
 # the first step, which compiles (84-124 s of a 300 s budget on a fresh machine), mostly hits the cache.
 # OPENING_WEIGHT: weight of the "openings" Magpie domain (user turns begun with a hand-written request's first words;
 # the eleven domain system prompts weigh 13 together), 0 (the default) leaves it out.
+# TRAIN_STEPS: every run trains exactly this many steps instead of TRAIN_BUDGET_S (an A/B: on a fresh machine the first
+# run compiles for ~110 s of its budget and the next one for ~60 s, so the 28th session's equal budgets gave 776 and
+# 1076 steps); a run then takes as long as its steps do.
 # TRAIN_EXTRA: more flags for every train run (a recipe experiment, e.g. "--cod-ratio-min 0.3": more deep COD elements).
 # SMOKE=1 DEVICE=cpu runs every stage on the tiny random target in a few minutes (checks this script).
 # Reassemble:  cat heads.tgz.part-* | tar -xzf -
@@ -60,6 +63,8 @@ else
   --concurrency 96); WL=(--workloads chat,code); EVAL_KS=${EVAL_KS:-1,2,3,4,5,6,7,8}; BENCH_STEPS=4
 fi
 LR=${LR:-1e-3}
+case ${TRAIN_STEPS:-1} in ''|*[!0-9]*|0) echo "TRAIN_STEPS='$TRAIN_STEPS' is not a positive integer"; exit 2 ;; esac
+LENGTH=(--time-budget-s "$TRAIN_BUDGET_S"); [ -z "${TRAIN_STEPS:-}" ] || LENGTH=(--steps "$TRAIN_STEPS")
 export PYTHONPATH=$REPO${PYTHONPATH:+:$PYTHONPATH} PEAGLE_LAB_OFFLINE=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 export TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1  # never NVLink multicast
@@ -130,7 +135,7 @@ train_one() {  # train_one INDEX GPU
   CUDA_VISIBLE_DEVICES=$(gpu "$2") TORCH_LOGS=recompiles "$PY" -m peagle_lab.train.cli train --method "${METHODS[$1]}" \
     --layers "${LAYERS[$1]}" "${start[@]}" --out "$WORK/runs/$n" "${TRAIN[@]}" \
     --compile-cache "$COMPILE_CACHES/${METHODS[$1]}-${LAYERS[$1]}l.bin" \
-    --time-budget-s "$TRAIN_BUDGET_S" ${TRAIN_EXTRA:-} ${FLAGS[$1]//,/ } > "$WORK/train-$n.log" 2>&1 \
+    "${LENGTH[@]}" ${TRAIN_EXTRA:-} ${FLAGS[$1]//,/ } > "$WORK/train-$n.log" 2>&1 \
     || { echo "training $n failed"; return 1; }
 }
 FAIL=0; waves train_one || FAIL=1
