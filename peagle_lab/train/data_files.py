@@ -124,9 +124,10 @@ def drop_domains(examples: list[Example], domains) -> tuple[list[Example], dict[
     if unknown:
         raise ValueError(f"exclude domains {unknown}: the training data has no such domain; "
                          f"it has {', '.join(sorted(have))}")
-    kept = [e for e in examples if (e.domain or e.source) not in set(domains)]
+    drop = set(domains)
+    kept = [e for e in examples if (e.domain or e.source) not in drop]
     if not kept:
-        raise ValueError(f"excluding {sorted(set(domains))} leaves no training examples")
+        raise ValueError(f"excluding {sorted(drop)} leaves no training examples")
     return kept, {d: have[d] for d in dict.fromkeys(domains)}
 
 
