@@ -64,3 +64,33 @@ def test_a_grown_draft_vocabulary_keeps_every_old_logit_and_starts_new_ids_at_ze
         grow_draft_vocab(drafter, counts, 16)
     with pytest.raises(ValueError, match=f"draft_vocab_size={V + 1} is out of range"):
         grow_draft_vocab(drafter, counts, V + 1)
+
+
+@pytest.mark.parametrize("method", ["eagle3", "peagle"])
+def test_widened_mlps_compute_what_the_head_computed(method):
+    """A warm start that widens the MLPs: every layer's MLP gives the same output, every other weight carries over."""
+    from peagle_lab.train.build import grow_intermediate
+
+    target = tiny_target()
+    drafter = new_drafter(target, method, 2, build_draft_vocab(torch.arange(96) % 7, 32), seed=1)
+    width = drafter.config.intermediate_size
+    grown = grow_intermediate(drafter, width + 40, seed=3)
+    check_drafter_fits(grown, target, method)
+    assert grown.config.intermediate_size == width + 40
+    x = torch.randn(3, 5, target.config.hidden_size)
+    for old, new in zip(drafter.layers, grown.layers):
+        assert torch.allclose(new.mlp(x), old.mlp(x), rtol=0, atol=1e-6)
+        assert torch.count_nonzero(new.mlp.down_proj.weight[:, width:]) == 0  # new units add nothing yet
+        assert torch.count_nonzero(new.mlp.gate_proj.weight[width:]) > 0  # but they have inputs to learn from
+    grown_state = grown.state_dict()
+    for name, p in drafter.state_dict().items():
+        if ".mlp." not in name:
+            assert torch.equal(grown_state[name], p), name
+    assert grow_intermediate(drafter, width) is drafter  # the same width: nothing to grow
+    with pytest.raises(ValueError, match=f"intermediate_size={width - 1} is smaller than the head's {width}"):
+        grow_intermediate(drafter, width - 1)
+
+
+def test_a_fresh_drafter_takes_its_own_mlp_width():
+    d = new_drafter(tiny_target(), "peagle", 1, build_draft_vocab(torch.arange(96), 32), intermediate_size=24)
+    assert d.config.intermediate_size == 24 and tuple(d.layers[0].mlp.up_proj.weight.shape) == (24, 64)

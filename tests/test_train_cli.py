@@ -172,6 +172,33 @@ def test_a_warm_start_can_grow_the_draft_vocabulary(runs, tmp_path):
     assert bad.returncode == 2 and "can only grow its draft vocabulary" in bad.stderr
 
 
+def test_a_warm_start_can_widen_the_mlps(runs, tmp_path):
+    """--init-from with a larger --intermediate-size: the head's units kept (lr 0), the new ones' outputs at zero."""
+    full = runs[0]
+    old = load_file(str(full / "head" / "model.safetensors"))
+    width = old["layers.0.mlp.down_proj.weight"].shape[1]
+    out = tmp_path / "wide"
+    base = [sys.executable, "-m", "peagle_lab.train.cli", "train", "--tiny", "--method", "peagle", "--init-from",
+            str(full / "head"), "--batch-size", "4", "--row-len", "64", "--k-train", "4", "--tiny-examples", "48",
+            "--no-eval", "--no-progress", "--ckpt-every", "0"]
+    r = subprocess.run([*base, "--intermediate-size", str(width + 32), "--steps", "2", "--lr", "0", "--out", str(out)],
+                       env=ENV, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert load_head(out / "head", tiny_target(seed=0)).config.intermediate_size == width + 32
+    new = load_file(str(out / "head" / "model.safetensors"))
+    for name, w in old.items():
+        if name.endswith("down_proj.weight"):
+            assert torch.equal(new[name][:, :width], w) and torch.count_nonzero(new[name][:, width:]) == 0, name
+        elif name.endswith(("gate_proj.weight", "up_proj.weight")):
+            assert torch.equal(new[name][:width], w) and new[name].shape[0] == width + 32, name
+        else:
+            assert torch.equal(new[name], w), name
+    for size, message in ((width - 1, "can only widen its MLPs"), (0, "--intermediate-size 0 is not a positive")):
+        bad = subprocess.run([*base, "--intermediate-size", str(size), "--steps", "1", "--out", str(tmp_path / "x")],
+                             env=ENV, capture_output=True, text=True, timeout=300)
+        assert bad.returncode == 2 and message in bad.stderr, bad.stderr[-2000:]
+
+
 def test_the_summary_times_the_first_step_and_loads_no_compile_cache_unasked(runs):
     summary = json.loads((runs[0] / "summary.json").read_text())
     assert 0 < summary["first_step_s"] < summary["wall_s"]

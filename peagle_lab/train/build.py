@@ -20,7 +20,8 @@ from .vocab import DraftVocab, apply_draft_vocab, build_draft_vocab, draft_to_ta
 
 
 def new_drafter(target, method: str, num_hidden_layers: int, vocab: DraftVocab, seed: int = 0,
-                init_from_target: bool = False, mask_token_id: int | None = None) -> Drafter:
+                init_from_target: bool = False, mask_token_id: int | None = None,
+                intermediate_size: int | None = None) -> Drafter:
     """A float32 drafter for ``target`` on its device, ready for ``Trainer``.
 
     Args:
@@ -31,6 +32,7 @@ def new_drafter(target, method: str, num_hidden_layers: int, vocab: DraftVocab, 
         seed: seeds the random initialisation.
         init_from_target: copy the target's final norm and (restricted) lm_head.
         mask_token_id: P-EAGLE's mask token (default: ``config.DEFAULT_MASK_TOKEN_ID``).
+        intermediate_size: the MLP width (default: the target's).
 
     Raises:
         ValueError: a vocabulary built for another target, or an invalid drafter shape.
@@ -47,6 +49,8 @@ def new_drafter(target, method: str, num_hidden_layers: int, vocab: DraftVocab, 
                          f"{target.config.vocab_size}")
     cfg = DrafterConfig.for_target(target.config, method, num_hidden_layers, int(vocab.draft_to_target.numel()),
                                    mask_token_id)
+    if intermediate_size is not None:
+        cfg = dataclasses.replace(cfg, intermediate_size=intermediate_size)
     drafter = Drafter(cfg)
     drafter.reset_parameters(generator=torch.Generator().manual_seed(seed))
     apply_draft_vocab(drafter, vocab)
@@ -109,3 +113,57 @@ def grow_draft_vocab(drafter: Drafter, counts: torch.Tensor, draft_vocab_size: i
         grown.lm_head.weight[rows] = drafter.lm_head.weight.detach().float().cpu()
     grown = grown.to(device=drafter.device, dtype=drafter.dtype)
     return grown.attach_embeddings(drafter._embed), vocab
+
+
+_MLP_ROWS = ("mlp.gate_proj.weight", "mlp.up_proj.weight")  # [I, H]: the new units' input rows
+_MLP_COLS = "mlp.down_proj.weight"  # [H, I]: the new units' output columns
+
+
+def grow_intermediate(drafter: Drafter, intermediate_size: int, seed: int = 0) -> Drafter:
+    """A copy of a trained ``drafter`` with wider MLPs (``intermediate_size`` units a layer), for a warm start.
+
+    Every weight carries over; each layer's MLP keeps its units and gains new ones whose gate and
+    up rows start random (seeded, as a fresh head's) and whose ``down_proj`` columns start at zero.
+    So the grown head computes exactly what it did (a new unit adds ``0 * silu(g) * u``) until
+    training moves those columns. A drafting pass is launch-bound at small batches, so a wider MLP
+    costs little time there (measure it at your concurrency: the matrix products grow with it).
+
+    Args:
+        drafter: a trained head.
+        intermediate_size: the new MLP width, at least the head's.
+        seed: seeds the new units' rows.
+
+    Returns:
+        The grown drafter on the same device and dtype; ``drafter`` itself when the width is unchanged.
+
+    Raises:
+        ValueError: a width below the head's.
+
+    >>> from peagle_lab.testing import tiny_target
+    >>> d = new_drafter(tiny_target(), "peagle", 2, build_draft_vocab(torch.arange(96), 32))
+    >>> g = grow_intermediate(d, 200)
+    >>> g.config.intermediate_size, tuple(g.layers[1].mlp.down_proj.weight.shape)
+    (200, (64, 200))
+    """
+    cfg = drafter.config
+    if intermediate_size < cfg.intermediate_size:
+        raise ValueError(f"intermediate_size={intermediate_size} is smaller than the head's {cfg.intermediate_size}: "
+                         "a warm start can only widen its MLPs")
+    if intermediate_size == cfg.intermediate_size:
+        return drafter
+    grown = Drafter(dataclasses.replace(cfg, intermediate_size=intermediate_size))
+    grown.reset_parameters(generator=torch.Generator().manual_seed(seed))
+    old, new = drafter.state_dict(), grown.state_dict()
+    assert old.keys() == new.keys(), sorted(set(old) ^ set(new))
+    with torch.no_grad():
+        for name, dst in new.items():
+            src = old[name].detach().cpu()
+            if name.endswith(_MLP_ROWS):
+                dst[: src.shape[0]] = src
+            elif name.endswith(_MLP_COLS):
+                dst.zero_()
+                dst[:, : src.shape[1]] = src
+            else:
+                dst.copy_(src)
+    grown = grown.to(device=drafter.device, dtype=drafter.dtype)
+    return grown.attach_embeddings(drafter._embed)

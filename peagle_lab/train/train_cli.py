@@ -42,6 +42,9 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--draft-vocab-size", type=int, default=None,
                    help=f"draft vocabulary of a fresh head (default {DEFAULT_DRAFT_VOCAB}); with --init-from, grow the "
                         "head's to this size: its ids plus the data's most frequent others, new lm_head rows at zero")
+    p.add_argument("--intermediate-size", type=int, default=None,
+                   help="MLP width of a fresh head (default: the target's); with --init-from, widen the head's MLPs to "
+                        "this size: its units plus new ones whose output columns start at zero")
     p.add_argument("--init-head", default="random", choices=["random", "target"],
                    help="a fresh head's norm + lm_head start random or as the target's (restricted) head")
     p.add_argument("--steps", type=int, default=c.steps, help="optimiser steps (unless --time-budget-s)")
@@ -122,7 +125,7 @@ def _drafter(args, target, train, window: int | None | bool = False):
 
 def _new_or_warm_drafter(args, target, train):
     from ..heads.io import load_head
-    from .build import grow_draft_vocab, new_drafter
+    from .build import grow_draft_vocab, grow_intermediate, new_drafter
     from .vocab import build_draft_vocab, count_tokens
 
     V = target.config.vocab_size
@@ -133,12 +136,14 @@ def _new_or_warm_drafter(args, target, train):
         counts = count_tokens(train, V)
         if args.draft_vocab_size is not None:
             drafter, _ = grow_draft_vocab(drafter, counts, args.draft_vocab_size, target.config.eos_token_ids)
+        if args.intermediate_size is not None:
+            drafter = grow_intermediate(drafter, args.intermediate_size, seed=args.seed)
         coverage = float(counts[drafter.t2d.cpu()].sum()) / max(int(counts.sum()), 1)
         return drafter, coverage, prior_training(args.init_from)
     size = DEFAULT_DRAFT_VOCAB if args.draft_vocab_size is None else args.draft_vocab_size
     vocab = build_draft_vocab(count_tokens(train, V), min(size, V), target.config.eos_token_ids)
     drafter = new_drafter(target, args.method, args.layers, vocab, seed=args.seed,
-                          init_from_target=args.init_head == "target")
+                          init_from_target=args.init_head == "target", intermediate_size=args.intermediate_size)
     return drafter, vocab.coverage, {"tokens": 0, "steps": 0, "runs": []}
 
 
@@ -168,6 +173,8 @@ def _train_config(args) -> "TrainConfig":
 
     if not args.data and not args.tiny:
         raise ValueError("--data is required (a folder from train-data), unless --tiny")
+    if args.intermediate_size is not None and args.intermediate_size < 1:
+        raise ValueError(f"--intermediate-size {args.intermediate_size} is not a positive MLP width")
     if args.exclude_domains and not args.data:
         raise ValueError(f"--exclude-domains {' '.join(args.exclude_domains)} needs --data (the --tiny data has "
                          "no domains)")
