@@ -199,6 +199,21 @@ def test_a_warm_start_can_widen_the_mlps(runs, tmp_path):
         assert bad.returncode == 2 and message in bad.stderr, bad.stderr[-2000:]
 
 
+def test_top1_weight_reaches_the_objective_the_summary_and_the_card(tmp_path):
+    out = tmp_path / "top1"
+    base = [sys.executable, "-m", "peagle_lab.train.cli", "train", "--tiny", "--method", "peagle", "--batch-size", "4",
+            "--row-len", "64", "--k-train", "4", "--draft-vocab-size", "64", "--tiny-examples", "48", "--no-eval",
+            "--no-progress", "--ckpt-every", "0"]
+    r = subprocess.run([*base, "--top1-weight", "0.3", "--steps", "2", "--out", str(out)], env=ENV,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert json.loads((out / "summary.json").read_text())["config"]["top1_weight"] == 0.3
+    assert "plus 0.3 × the hard cross-entropy of the target's top draft token" in (out / "head" / "README.md").read_text()
+    bad = subprocess.run([*base, "--top1-weight", "11", "--steps", "1", "--out", str(tmp_path / "x")], env=ENV,
+                         capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2 and "top1_weight=11.0 is out of range" in bad.stderr, bad.stderr[-2000:]
+
+
 def test_the_summary_times_the_first_step_and_loads_no_compile_cache_unasked(runs):
     summary = json.loads((runs[0] / "summary.json").read_text())
     assert 0 < summary["first_step_s"] < summary["wall_s"]

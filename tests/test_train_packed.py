@@ -25,7 +25,7 @@ from peagle_lab.train.vocab import apply_draft_vocab, build_draft_vocab, draft_t
 SEQS = [[5, 17, 33, 8, 60, 61, 2, 40, 11, 7, 9], [12, 13, 14, 15, 70, 71], [33, 4, 4, 81, 19, 3, 22, 50]]
 
 
-def packed_step(target, drafter, rows, method, k, decay=1.0, cod=None):
+def packed_step(target, drafter, rows, method, k, decay=1.0, cod=None, top1_weight=0.0):
     """(loss, grads, stats) of one packed step on ``rows`` (dense masks, float32)."""
     B, T = rows.input_ids.shape
     cod = cod or CODConfig(k, 1.0, 1.0)
@@ -34,7 +34,7 @@ def packed_step(target, drafter, rows, method, k, decay=1.0, cod=None):
                              draft_to_target_ids(drafter), drafter.t2d)
     inp = builder.inputs(rows, targets, torch.Generator().manual_seed(0))
     drafter.zero_grad()
-    loss, stats = DraftObjective(drafter, k)(rows.input_ids, rows.positions, rows.doc, rows.loss_mask, targets.taps,
+    loss, stats = DraftObjective(drafter, k, top1_weight)(rows.input_ids, rows.positions, rows.doc, rows.loss_mask, targets.taps,
                                              targets.probs, targets.argmax, inp.anchor, inp.depth, inp.label_row,
                                              inp.valid, inp.weight, inp.mask)
     loss = loss / inp.weight.sum()
@@ -117,7 +117,7 @@ def test_out_of_vocabulary_rows_get_no_gradient():
     hidden = torch.zeros(1, inp.anchor.shape[1], 64, requires_grad=True)
     from peagle_lab.train.loss import packed_scores
 
-    ce, _ = packed_scores(drafter, hidden, targets.probs, targets.argmax, inp.label_row)
+    ce, _, _ = packed_scores(drafter, hidden, targets.probs, targets.argmax, inp.label_row)
     (inp.weight * ce).sum().backward()
     no_loss = inp.weight[0] == 0
     assert no_loss.any() and (~no_loss).any()
@@ -211,3 +211,35 @@ def test_block_masks_list_every_block_a_query_may_see():
         listed = b.to_dense()[0, 0].bool()
         assert listed.shape == need.shape and torch.equal(listed | need, listed)  # nothing needed is skipped
         assert listed.sum() < listed.numel()  # and blocks really are skipped
+
+
+@pytest.mark.parametrize("method", ["peagle", "eagle3"])
+def test_the_top1_term_adds_the_hard_loss_of_the_targets_top_draft_token(method):
+    """λ > 0: the objective is soft CE + λ · -log q(argmax p) over the same elements; the stats stay soft."""
+    from peagle_lab.train.loss import packed_scores
+
+    target = tiny_target(seed=3)
+    drafter = tiny_drafter(target, method, num_hidden_layers=1, seed=5).train()
+    rows = pack_examples([Ex(s, 0) for s in SEQS], 32)
+    soft_loss, soft_grads, soft_stats, inp = packed_step(target, drafter, rows, method, 3)
+    both_loss, both_grads, both_stats, _ = packed_step(target, drafter, rows, method, 3, top1_weight=0.5)
+    assert torch.equal(both_stats, soft_stats)  # the logged loss and agreement are the soft ones
+    targets = packed_targets(target, rows.input_ids, rows.positions,
+                             StepBuilder(method, 1, 32, CODConfig(3, 1.0, 1.0), 1.0, 1.0, "cpu", False).target_mask(rows),
+                             draft_to_target_ids(drafter), drafter.t2d)
+    hidden = torch.randn(1, inp.label_row.shape[1], 64)
+    ce, _, top1 = packed_scores(drafter, hidden, targets.probs, targets.argmax, inp.label_row, top1=True)
+    assert packed_scores(drafter, hidden, targets.probs, targets.argmax, inp.label_row)[2] is None
+    logp = torch.log_softmax(drafter.lm_head(drafter.norm(hidden)).float(), -1)[0]
+    best = targets.probs[0, inp.label_row[0]].argmax(-1)
+    assert torch.allclose(top1[0], -logp[torch.arange(len(best)), best], atol=1e-5)
+    assert bool((top1 > 0).all()) and not torch.allclose(top1, ce)
+    assert both_loss > soft_loss  # a positive term was added
+    assert any(not torch.allclose(both_grads[n], g) for n, g in soft_grads.items())
+
+
+def test_top1_weight_out_of_range_is_refused():
+    from peagle_lab.train.loop import TrainConfig
+
+    with pytest.raises(ValueError, match="top1_weight=-1.0 is out of range"):
+        TrainConfig(top1_weight=-1.0)

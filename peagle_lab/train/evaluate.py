@@ -113,6 +113,17 @@ def _data_paragraph(data_card: dict) -> str:
             f"Held out: {held.get('prompts', '?')} prompts. Seed {data_card.get('seed', '?')}.")
 
 
+def _window_paragraph(sliding_window: int) -> str:
+    """The model card's words on a declared drafting window."""
+    return (f"This head declares a {sliding_window}-position drafting attention window (`sliding_window` with "
+            "`layer_types` in `config.json`): each drafting query sees the last "
+            f"{sliding_window} positions only. It is applied at inference, not in training; heads trained on "
+            "chat-length sequences keep their later drafts on long prompts that way (`docs/concepts.md`, "
+            "\"Long prompts\"). Requests shorter than the window draft exactly as without it; "
+            "`peagle-lab bench --draft-window none` restores full attention, and `export_for_vllm` writes the "
+            "same keys.")
+
+
 def model_card(summary: dict, reports: list[AcceptanceReport], data_card: dict | None = None,
                sliding_window: int | None = None) -> str:
     """The README.md of a trained head: what it is, its data, training and measured acceptance.
@@ -149,7 +160,9 @@ def model_card(summary: dict, reports: list[AcceptanceReport], data_card: dict |
         f"- batch {cfg.get('batch_size')} packed rows × {cfg.get('row_len')} tokens, peak lr {cfg.get('lr')}, "
         f"{cfg.get('schedule', 'wsd')} schedule (warm-up {cfg.get('warmup_fraction')}, decay "
         f"{cfg.get('decay_fraction')} of the steps), seed {cfg.get('seed')}",
-        f"- {depth}; depth d weighs {decay}^d in the loss",
+        f"- {depth}; depth d weighs {decay}^d in the loss"
+        + (f"; plus {cfg['top1_weight']} × the hard cross-entropy of the target's top draft token"
+           if cfg.get("top1_weight") else ""),
         f"- loss (soft cross-entropy vs the target, draft vocabulary): first log line {get('first_loss', nan):.3f}, "
         f"last {get('last_loss', nan):.3f}; held-out {get('heldout_loss') or nan:.3f}",
         "- per-depth top-1 agreement with the target at the end: "
@@ -171,14 +184,7 @@ def model_card(summary: dict, reports: list[AcceptanceReport], data_card: dict |
                       f"{wr[0].num_prompts} prompts, temperature 0, same engine and device.", "",
                       reports_table(wr), ""]
     if sliding_window:
-        lines += ["## Drafting window", "",
-                  f"This head declares a {sliding_window}-position drafting attention window (`sliding_window` with "
-                  "`layer_types` in `config.json`): each drafting query sees the last "
-                  f"{sliding_window} positions only. It is applied at inference, not in training; heads trained on "
-                  "chat-length sequences keep their later drafts on long prompts that way (`docs/concepts.md`, "
-                  "\"Long prompts\"). Requests shorter than the window draft exactly as without it; "
-                  "`peagle-lab bench --draft-window none` restores full attention, and `export_for_vllm` writes the "
-                  "same keys.", ""]
+        lines += ["## Drafting window", "", _window_paragraph(sliding_window), ""]
     commands = [get("command", "peagle-lab train ...")] + ([get("eval_command")] if get("eval_command") else [])
     lines += ["## Reproduce", "", "```", *commands, "```", "", "<details><summary>summary.json</summary>", "",
               "```json", json.dumps(summary, indent=2, default=str), "```", "</details>", ""]

@@ -41,7 +41,7 @@ from .targets import packed_targets
 from .vocab import draft_to_target_ids
 
 RESUME_MUST_MATCH = ("method", "k_train", "batch_size", "row_len", "seed", "cod_ratio", "cod_ratio_min",
-                     "depth_decay")
+                     "depth_decay", "top1_weight")
 
 
 @dataclass(frozen=True)
@@ -64,6 +64,8 @@ class TrainConfig:
     cod_ratio: float = 0.7  # P-EAGLE COD r
     cod_ratio_min: float = 0.2  # P-EAGLE COD r_min
     depth_decay: float | None = None  # depth d weighs depth_decay**d; None: 0.8 for EAGLE-3, 1.0 for P-EAGLE
+    # λ: each element's loss is soft CE + λ · hard CE of the target's top draft token (None: soft CE only)
+    top1_weight: float | None = None
     seed: int = 0
     log_every: int = 10  # log lines and callbacks (the only per-step host reads)
     ckpt_every: int = 200  # 0: only the final checkpoint
@@ -94,6 +96,8 @@ class TrainConfig:
                 raise ValueError(f"{name}={v} is out of range; expected [{lo}, {hi}]")
         if self.depth_decay is not None and not 0.0 < self.depth_decay <= 1.0:
             raise ValueError(f"depth_decay={self.depth_decay} is out of range; expected (0, 1] (or None)")
+        if self.top1_weight is not None and not 0.0 <= self.top1_weight <= 10.0:
+            raise ValueError(f"top1_weight={self.top1_weight} is out of range; expected [0, 10] (or None)")
         if not self.eval_ks or any(not 1 <= k <= 16 for k in self.eval_ks):
             raise ValueError(f"eval_ks={self.eval_ks} must be non-empty, each in [1, 16]")
         if self.time_budget_s is not None and self.time_budget_s <= 0:
@@ -222,7 +226,7 @@ class Trainer:
         first = pack_examples(self.train[: 4096], cfg.row_len)
         self.builder = StepBuilder(cfg.method, self.rank_batch, cfg.row_len, cfg.cod, cfg.decay,
                                    loss_fraction(first), self.device, block=cuda)
-        self.objective = DraftObjective(drafter, cfg.k_train)
+        self.objective = DraftObjective(drafter, cfg.k_train, cfg.top1_weight or 0.0)
         self.compiled = cfg.compile == "on" or (cfg.compile == "auto" and cuda)
         # The RoPE frequencies are plain attributes, moved to the device by the first forward: inside a
         # compiled step that move would fail the next call's guards and compile both graphs again.

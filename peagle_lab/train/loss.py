@@ -105,7 +105,7 @@ def score_rows(drafter, hidden: torch.Tensor, target_logits: torch.Tensor, targe
 # so nothing waits for the host to learn how many rows survived.
 
 def packed_scores(drafter, hidden: torch.Tensor, target_probs: torch.Tensor, target_argmax: torch.Tensor,
-                  label_row: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+                  label_row: torch.Tensor, top1: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """Soft cross-entropy and top-1 agreement of every element of packed rows.
 
     Args:
@@ -114,19 +114,23 @@ def packed_scores(drafter, hidden: torch.Tensor, target_probs: torch.Tensor, tar
         target_probs: the target's distribution on the draft vocabulary per row token.  # [B, T, Vd]
         target_argmax: the target's argmax over the full vocabulary (target ids).  # [B, T]
         label_row: which token's distribution each element learns.  # [B, n], in [0, T)
+        top1: also the hard cross-entropy of the target's most likely draft token, ``-log q(argmax p)``.
 
     Returns:
-        ``(ce [B, n] float32, correct [B, n] bool)``; meaningless where an element has no label.
+        ``(ce [B, n] float32, correct [B, n] bool, top1_ce [B, n] float32 or None)``; meaningless where an
+        element has no label.
     """
     B, n, _ = hidden.shape
     T = target_probs.shape[1]
     flat = (label_row + T * torch.arange(B, device=label_row.device)[:, None]).reshape(-1)
     probs = target_probs.reshape(B * T, -1).index_select(0, flat)  # [B·n, Vd]
     logits = drafter.lm_head(drafter.norm(hidden)).float().reshape(B * n, -1)  # [B·n, Vd]
-    ce = -(probs * torch.log_softmax(logits, -1)).sum(-1).view(B, n)
+    logp = torch.log_softmax(logits, -1)
+    ce = -(probs * logp).sum(-1).view(B, n)
+    top1_ce = -logp.gather(1, probs.argmax(-1, keepdim=True)).view(B, n) if top1 else None
     with torch.no_grad():
         correct = drafter.to_target_ids(logits.argmax(-1)).view(B, n) == target_argmax.gather(1, label_row)
-    return ce, correct
+    return ce, correct, top1_ce
 
 
 def packed_stats(depth: torch.Tensor, num_depths: int, valid: torch.Tensor, correct: torch.Tensor,

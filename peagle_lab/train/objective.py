@@ -40,12 +40,19 @@ class StepInputs:
 
 
 class DraftObjective(nn.Module):
-    """``forward`` returns ``(Σ weight·ce, per-depth sums [4, K])`` for one batch of packed rows."""
+    """``forward`` returns ``(Σ weight·ce, per-depth sums [4, K])`` for one batch of packed rows.
 
-    def __init__(self, drafter, num_depths: int) -> None:
+    With ``top1_weight`` λ > 0 each element's ``ce`` in the objective is ``soft + λ · top-1``: the soft
+    cross-entropy plus the hard one of the target's most likely draft token, which is the token a greedy
+    draft must hit. The per-depth sums (the logged loss) stay the soft cross-entropy alone, so runs with
+    and without the term compare on the same scale.
+    """
+
+    def __init__(self, drafter, num_depths: int, top1_weight: float = 0.0) -> None:
         super().__init__()
         self.drafter = drafter
         self.num_depths = num_depths
+        self.top1_weight = float(top1_weight)
 
     def forward(self, input_ids, positions, doc, loss_mask, taps, target_probs, target_argmax, anchor, depth,
                 label_row, valid, weight, mask):
@@ -54,8 +61,10 @@ class DraftObjective(nn.Module):
             hidden = packed_forward(self.drafter, rows, taps, anchor, depth, mask)  # [B, M, H]
         else:
             hidden = torch.cat(packed_unroll(self.drafter, rows, taps, self.num_depths, mask), 1)  # [B, K·T, H]
-        ce, correct = packed_scores(self.drafter, hidden, target_probs, target_argmax, label_row)
-        return (weight * ce).sum(), packed_stats(depth, self.num_depths, valid, correct, weight, ce)
+        ce, correct, top1 = packed_scores(self.drafter, hidden, target_probs, target_argmax, label_row,
+                                          top1=self.top1_weight > 0)
+        objective = ce if top1 is None else ce + self.top1_weight * top1
+        return (weight * objective).sum(), packed_stats(depth, self.num_depths, valid, correct, weight, ce)
 
 
 class StepBuilder:

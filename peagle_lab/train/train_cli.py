@@ -62,6 +62,9 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cod-ratio-min", type=float, default=c.cod_ratio_min, help="COD r_min")
     p.add_argument("--depth-decay", type=float, default=None,
                    help="depth d weighs DECAY**d in the loss (default 0.8 eagle3, 1.0 peagle)")
+    p.add_argument("--top1-weight", type=float, default=None, metavar="LAMBDA",
+                   help="add LAMBDA x the hard cross-entropy of the target's most likely draft token to each "
+                        "element's soft cross-entropy (the token a greedy draft must hit; default: soft only)")
     p.add_argument("--log-every", type=int, default=c.log_every)
     p.add_argument("--ckpt-every", type=int, default=c.ckpt_every)
     p.add_argument("--eval-every", type=int, default=c.eval_every, help="a held-out learning-curve point every N")
@@ -183,7 +186,7 @@ def _train_config(args) -> "TrainConfig":
         method=args.method, steps=args.steps, time_budget_s=args.time_budget_s, lr=args.lr, schedule=args.schedule,
         warmup_fraction=args.warmup_fraction, decay_fraction=args.decay_fraction, min_lr_ratio=args.min_lr_ratio,
         batch_size=args.batch_size, row_len=args.row_len, k_train=k_train, cod_ratio=args.cod_ratio,
-        cod_ratio_min=args.cod_ratio_min, depth_decay=args.depth_decay, seed=args.seed, log_every=args.log_every,
+        cod_ratio_min=args.cod_ratio_min, depth_decay=args.depth_decay, top1_weight=args.top1_weight, seed=args.seed, log_every=args.log_every,
         ckpt_every=args.ckpt_every, eval_every=args.eval_every, heldout_rows=args.heldout_rows,
         eval_at_end=not args.no_eval, eval_ks=tuple(int(k) for k in args.eval_ks.split(",")),
         eval_prompts=args.eval_prompts, eval_max_new_tokens=args.eval_max_new_tokens, amp=args.amp,
