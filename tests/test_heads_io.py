@@ -135,3 +135,14 @@ def test_a_bad_drafting_window_is_named(tmp_path, target, layer_types, window, m
     path.write_text(json.dumps(cfg))
     with pytest.raises(CheckpointError, match=message):
         load_head(tmp_path / "h", target)
+
+
+def test_default_head_names_the_folder_its_weights_came_from():
+    """A head that cannot serve the target falls back to random, with no folder to fingerprint."""
+    from peagle_lab.heads import default_drafter, default_head
+
+    target = tiny_target()
+    drafter, origin, path = default_head(target, "peagle", seed=3)
+    assert (origin, path) == ("random (untrained)", None)  # the shipped heads are SmolLM2's, not the tiny target's
+    assert drafter.config.method == "peagle"
+    assert default_drafter(target, "peagle", seed=3)[1] == origin

@@ -81,3 +81,14 @@ def test_speculative_decoding_is_lossless_on_smollm2(smollm2, smol_baseline, met
         # the tiny models here (interpreter) and on SmolLM2 shapes in the GPU suite.
         cfg = SpecConfig(method=method, num_speculative_tokens=k, max_new_tokens=24, kernel_backend="torch")
         assert SpecDecoder(model, drafter, cfg).generate(prompts[:c]).tokens == base[c]
+
+
+def test_default_head_gives_the_bundled_folder_that_the_bench_fingerprints(smollm2):
+    from peagle_lab.heads import bundled_head_dir, default_head
+    from peagle_lab.heads.io import head_digest
+
+    model, _ = smollm2
+    for method in ("eagle3", "peagle"):
+        _, origin, path = default_head(model, method)
+        assert origin == f"bundled heads/{method}" and path == bundled_head_dir(method)
+        assert len(head_digest(path)) == 16

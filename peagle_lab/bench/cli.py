@@ -173,7 +173,7 @@ def _load_models(args, cfg: SweepConfig, device, dtype, tmp: Path):
         return (target, HashTokenizer(target.config.vocab_size), drafters, ref,
                 {"model": "tiny random (peagle_lab.testing.tiny_target)", "heads": {m: "random (tiny)" for m in spec}})
     from .. import zoo
-    from ..heads import bundled_head_dir, default_drafter
+    from ..heads import default_head
     from ..heads.io import head_digest, load_head
 
     path = Path(args.model) if args.model else zoo.convert_default(quiet=True)
@@ -184,8 +184,7 @@ def _load_models(args, cfg: SweepConfig, device, dtype, tmp: Path):
         if head:
             drafters[m], heads[m] = load_head(head, target, dtype=dtype, device=device), str(head)
         else:
-            drafters[m], heads[m] = default_drafter(target, m)
-            head = bundled_head_dir(m) if heads[m].startswith("bundled") else None
+            drafters[m], heads[m], head = default_head(target, m)
         if head is not None:  # which weights, wherever they lay (a random head has none)
             digests[m] = head_digest(head)
     notes = {"model": str(path) if args.model else "SmolLM2-135M-Instruct (embedded default)", "heads": heads,

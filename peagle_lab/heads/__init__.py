@@ -22,14 +22,23 @@ def default_drafter(target, method: str, seed: int = 0):
     Returns:
         (Drafter, origin) where origin says which: "bundled <dir>" or "random (untrained)".
     """
+    drafter, origin, _ = default_head(target, method, seed)
+    return drafter, origin
+
+
+def default_head(target, method: str, seed: int = 0):
+    """:func:`default_drafter`, and the folder its weights came from (None for a random head).
+
+    Returns:
+        (Drafter, origin, Path | None).
+    """
     from ..drafter import random_drafter
     from .io import load_head
 
     path = bundled_head_dir(method)
     if path is not None:
         try:
-            return load_head(path, target, dtype=target.dtype, device=target.device), f"bundled heads/{method}"
+            return load_head(path, target, dtype=target.dtype, device=target.device), f"bundled heads/{method}", path
         except ValueError:
             pass  # a head for SmolLM2 cannot serve another target; fall through to random
-    d = random_drafter(target, method, seed=seed)
-    return d, "random (untrained)"
+    return random_drafter(target, method, seed=seed), "random (untrained)", None
