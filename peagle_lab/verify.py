@@ -92,11 +92,13 @@ def _check_batch_shapes(
     if draft_tokens.dtype not in (torch.int32, torch.int64):
         raise ValueError(
             f"draft_tokens has dtype {draft_tokens.dtype}: expected torch.int64 (or int32)")
-    if draft_tokens.device != main.device:
-        raise ValueError(
-            f"draft_tokens is on {draft_tokens.device} but {name} is on {main.device}: "
-            f"expected one device")
+    _check_same_device("draft_tokens", draft_tokens, name, main)
     return c, k, v
+
+
+def _check_same_device(name: str, t: torch.Tensor, ref_name: str, ref: torch.Tensor) -> None:
+    if t.device != ref.device:
+        raise ValueError(f"{name} is on {t.device} but {ref_name} is on {ref.device}: expected one device")
 
 
 def check_greedy_inputs(
@@ -121,10 +123,7 @@ def check_rejection_inputs(
                 f"K={k}, V={v}: expected {shape}")
         if not t.is_floating_point():
             raise ValueError(f"{name} has dtype {t.dtype}: expected a floating dtype")
-        if t.device != target_probs.device:
-            raise ValueError(
-                f"{name} is on {t.device} but target_probs is on {target_probs.device}: "
-                f"expected one device")
+        _check_same_device(name, t, "target_probs", target_probs)
     return c, k, v
 
 

@@ -321,6 +321,8 @@ GREEDY_ERRORS = [
      "target_logits has dtype torch.int64: expected a floating dtype"),
     (torch.zeros(2, 1, V), torch.zeros(2, 0, dtype=torch.int64),
      "target_logits has shape (2, 1, 10): expected c >= 1, K+1 >= 2"),
+    (torch.zeros(2, 5, V), torch.zeros(2, 4, dtype=torch.int64, device="meta"),
+     "draft_tokens is on meta but target_logits is on cpu: expected one device"),
 ]
 
 
@@ -349,6 +351,7 @@ REJECTION_ERRORS = [
      "uniform has dtype torch.int64: expected a floating dtype"),
     ("draft_tokens", torch.zeros(2, 4, dtype=torch.int64),
      "draft_tokens has shape (2, 4) but target_probs implies c=2, K=3: expected (2, 3)"),
+    ("noise", torch.ones(2, V, device="meta"), "noise is on meta but target_probs is on cpu: expected one device"),
 ]
 
 
