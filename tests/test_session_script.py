@@ -54,13 +54,15 @@ def test_the_session_script_runs_every_stage_and_packages_the_heads(tmp_path):
     assert any(n.endswith(".safetensors") for n in names)
     # Again on the same data (SKIP_DATA=1) with the default length: a time budget per run, not a step count.
     env.pop("TRAIN_STEPS")
-    env.update(SKIP_DATA="1", SKIP_BENCH="1", SWEEP="0", TRAIN_BUDGET_S="4", RUNS="peagle:1", OUT=str(tmp_path / "out2"))
+    env.update(SKIP_DATA="1", SKIP_BENCH="1", SWEEP="0", TRAIN_BUDGET_S="4", RUNS="peagle:1",
+               OUT=str(tmp_path / "out2"))
     again = subprocess.run(["bash", "scripts/gpu/train_heads_h200.sh"], cwd=REPO, env=env, capture_output=True,
                            text=True, timeout=900)
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     assert f"SKIP_DATA=1: reusing {work}/data" in again.stdout
     summary = json.loads((work / "runs" / "peagle-1l" / "summary.json").read_text())
-    assert summary["config"]["time_budget_s"] == 4.0 and summary["steps"] >= 1 and "--time-budget-s 4" in summary["command"]
+    assert summary["config"]["time_budget_s"] == 4.0 and summary["steps"] >= 1
+    assert "--time-budget-s 4" in summary["command"]
 
 
 @pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")

@@ -208,7 +208,8 @@ def test_top1_weight_reaches_the_objective_the_summary_and_the_card(tmp_path):
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     assert json.loads((out / "summary.json").read_text())["config"]["top1_weight"] == 0.3
-    assert "plus 0.3 × the hard cross-entropy of the target's top draft token" in (out / "head" / "README.md").read_text()
+    card = (out / "head" / "README.md").read_text()
+    assert "plus 0.3 × the hard cross-entropy of the target's top draft token" in card
     bad = subprocess.run([*base, "--top1-weight", "11", "--steps", "1", "--out", str(tmp_path / "x")], env=ENV,
                          capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and "top1_weight=11.0 is out of range" in bad.stderr, bad.stderr[-2000:]

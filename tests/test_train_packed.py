@@ -224,8 +224,8 @@ def test_the_top1_term_adds_the_hard_loss_of_the_targets_top_draft_token(method)
     soft_loss, soft_grads, soft_stats, inp = packed_step(target, drafter, rows, method, 3)
     both_loss, both_grads, both_stats, _ = packed_step(target, drafter, rows, method, 3, top1_weight=0.5)
     assert torch.equal(both_stats, soft_stats)  # the logged loss and agreement are the soft ones
-    targets = packed_targets(target, rows.input_ids, rows.positions,
-                             StepBuilder(method, 1, 32, CODConfig(3, 1.0, 1.0), 1.0, 1.0, "cpu", False).target_mask(rows),
+    builder = StepBuilder(method, 1, 32, CODConfig(3, 1.0, 1.0), 1.0, 1.0, "cpu", block=False)
+    targets = packed_targets(target, rows.input_ids, rows.positions, builder.target_mask(rows),
                              draft_to_target_ids(drafter), drafter.t2d)
     hidden = torch.randn(1, inp.label_row.shape[1], 64)
     ce, _, top1 = packed_scores(drafter, hidden, targets.probs, targets.argmax, inp.label_row, top1=True)

@@ -105,7 +105,8 @@ def score_rows(drafter, hidden: torch.Tensor, target_logits: torch.Tensor, targe
 # so nothing waits for the host to learn how many rows survived.
 
 def packed_scores(drafter, hidden: torch.Tensor, target_probs: torch.Tensor, target_argmax: torch.Tensor,
-                  label_row: torch.Tensor, top1: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+                  label_row: torch.Tensor, top1: bool = False
+                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """Soft cross-entropy and top-1 agreement of every element of packed rows.
 
     Args:
