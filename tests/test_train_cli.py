@@ -185,6 +185,12 @@ def test_a_warm_start_can_widen_the_mlps(runs, tmp_path):
                        env=ENV, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     assert load_head(out / "head", tiny_target(seed=0)).config.intermediate_size == width + 32
+    assert json.loads((out / "summary.json").read_text())["intermediate_size"] == width + 32
+    assert f"(1 layer(s), MLP width {width + 32})" in (out / "head" / "README.md").read_text()
+    resumed = subprocess.run([*base, "--steps", "2", "--resume", "--out", str(out)], env=ENV, capture_output=True,
+                             text=True, timeout=300)  # without the width its checkpoint was written with
+    assert resumed.returncode == 2 and "its drafter has other shapes than this run's" in resumed.stderr
+    assert "--intermediate-size of the run that wrote it" in resumed.stderr, resumed.stderr[-2000:]
     new = load_file(str(out / "head" / "model.safetensors"))
     for name, w in old.items():
         if name.endswith("down_proj.weight"):

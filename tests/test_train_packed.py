@@ -34,9 +34,9 @@ def packed_step(target, drafter, rows, method, k, decay=1.0, cod=None, top1_weig
                              draft_to_target_ids(drafter), drafter.t2d)
     inp = builder.inputs(rows, targets, torch.Generator().manual_seed(0))
     drafter.zero_grad()
-    loss, stats = DraftObjective(drafter, k, top1_weight)(rows.input_ids, rows.positions, rows.doc, rows.loss_mask, targets.taps,
-                                             targets.probs, targets.argmax, inp.anchor, inp.depth, inp.label_row,
-                                             inp.valid, inp.weight, inp.mask)
+    objective = DraftObjective(drafter, k, top1_weight)
+    loss, stats = objective(rows.input_ids, rows.positions, rows.doc, rows.loss_mask, targets.taps, targets.probs,
+                            targets.argmax, inp.anchor, inp.depth, inp.label_row, inp.valid, inp.weight, inp.mask)
     loss = loss / inp.weight.sum()
     loss.backward()
     return loss.detach(), {n: p.grad.clone() for n, p in drafter.named_parameters() if p.grad is not None}, stats, inp
@@ -235,11 +235,21 @@ def test_the_top1_term_adds_the_hard_loss_of_the_targets_top_draft_token(method)
     assert torch.allclose(top1[0], -logp[torch.arange(len(best)), best], atol=1e-5)
     assert bool((top1 > 0).all()) and not torch.allclose(top1, ce)
     assert both_loss > soft_loss  # a positive term was added
+    twice_loss = packed_step(target, drafter, rows, method, 3, top1_weight=1.0)[0]
+    assert torch.allclose(twice_loss - soft_loss, 2 * (both_loss - soft_loss), rtol=1e-4)  # exactly λ · the term
     assert any(not torch.allclose(both_grads[n], g) for n, g in soft_grads.items())
 
 
-def test_top1_weight_out_of_range_is_refused():
-    from peagle_lab.train.loop import TrainConfig
+def test_top1_weight_reaches_the_trainers_objective_and_zero_means_off(tmp_path):
+    from peagle_lab.train.loop import Trainer, TrainConfig
+    from peagle_lab.train.tiny import tiny_examples
 
     with pytest.raises(ValueError, match="top1_weight=-1.0 is out of range"):
         TrainConfig(top1_weight=-1.0)
+    assert TrainConfig(top1_weight=0.0).top1_weight is None  # the same objective as no term: one resume value
+    target = tiny_target(seed=0)
+    cfg = TrainConfig(method="peagle", steps=1, batch_size=4, row_len=64, k_train=4, compile="off",
+                      eval_at_end=False, top1_weight=0.3)
+    trainer = Trainer(target, tiny_drafter(target, "peagle", seed=1), tiny_examples(target, 48, seed=0), cfg,
+                      tmp_path, progress=False)
+    assert trainer.objective.top1_weight == 0.3

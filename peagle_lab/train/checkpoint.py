@@ -83,7 +83,8 @@ def load_checkpoint(folder: Path | str, drafter, optimizer, cod_generator: torch
     """Restore weights, optimiser, RNG states and the data position from ``folder``.
 
     Raises:
-        ValueError: the checkpoint was made with a different value of a ``must_match`` field.
+        ValueError: the checkpoint was made with a different value of a ``must_match`` field, or for a
+            drafter of other shapes (layers, draft vocabulary, MLP width).
     """
     from safetensors.torch import load_file
 
@@ -94,6 +95,14 @@ def load_checkpoint(folder: Path | str, drafter, optimizer, cod_generator: torch
             raise ValueError(f"cannot resume from {folder}: it was trained with {key}={meta['config'].get(key)!r}, "
                              f"this run has {key}={config.get(key)!r}")
     sd = load_file(str(folder / "drafter.safetensors"))
+    own = drafter.state_dict()
+    differ = sorted(k for k in sd.keys() | own.keys() if k not in sd or k not in own or sd[k].shape != own[k].shape)
+    if differ:
+        k = differ[0]
+        raise ValueError(f"cannot resume from {folder}: its drafter has other shapes than this run's ({len(differ)} "
+                         f"tensors differ, e.g. {k}: {tuple(sd[k].shape) if k in sd else 'absent'} in the checkpoint, "
+                         f"{tuple(own[k].shape) if k in own else 'absent'} here); give the --layers, "
+                         "--draft-vocab-size and --intermediate-size of the run that wrote it")
     device = next(drafter.parameters()).device
     drafter.load_state_dict({k: v.to(device) for k, v in sd.items()})
     blob = torch.load(folder / "state.pt", map_location="cpu", weights_only=True)

@@ -150,7 +150,8 @@ def model_card(summary: dict, reports: list[AcceptanceReport], data_card: dict |
               + (f", warm-started from `{get('warm_start')}`" if get("warm_start") else "") + ")")
     lines = [
         f"# {'P-EAGLE' if method == 'peagle' else 'EAGLE-3'} head for {get('target', 'the target')} "
-        f"({get('num_hidden_layers', '?')} layer(s))", "",
+        f"({get('num_hidden_layers', '?')} layer(s)"
+        + (f", MLP width {get('intermediate_size')}" if get("intermediate_size") else "") + ")", "",
         f"Trained with peagle_lab (`peagle-lab train --method {method}`), speculators format. Draft vocabulary "
         f"{get('draft_vocab_size', '?')} tokens (covers {100 * get('vocab_coverage', 0):.1f}% of training assistant "
         "tokens; labels outside it carry no loss).", "",

@@ -98,6 +98,8 @@ class TrainConfig:
             raise ValueError(f"depth_decay={self.depth_decay} is out of range; expected (0, 1] (or None)")
         if self.top1_weight is not None and not 0.0 <= self.top1_weight <= 10.0:
             raise ValueError(f"top1_weight={self.top1_weight} is out of range; expected [0, 10] (or None)")
+        if self.top1_weight == 0.0:
+            object.__setattr__(self, "top1_weight", None)  # the same objective: one value, so a resume matches
         if not self.eval_ks or any(not 1 <= k <= 16 for k in self.eval_ks):
             raise ValueError(f"eval_ks={self.eval_ks} must be non-empty, each in [1, 16]")
         if self.time_budget_s is not None and self.time_budget_s <= 0:

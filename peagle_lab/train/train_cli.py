@@ -220,7 +220,8 @@ def run_train(args) -> int:
         this_run = {"tokens": result.tokens, "steps": result.steps, "method": args.method, "command": command_line(args)}
         summary = {
             "target": name, "method": args.method, "num_hidden_layers": drafter.config.num_hidden_layers,
-            "draft_vocab_size": drafter.config.draft_vocab_size, "vocab_coverage": coverage, "config": asdict(cfg),
+            "draft_vocab_size": drafter.config.draft_vocab_size, "intermediate_size": drafter.config.intermediate_size,
+            "vocab_coverage": coverage, "config": asdict(cfg),
             "steps": result.steps, "wall_s": result.wall_s, "process_s": time.monotonic() - t0,
             "device": str(target.device), "world_size": dist.world_size, "torch": torch.__version__,
             "compiled": trainer.compiled, "tokens": result.tokens, "tokens_per_s": result.tokens_per_s,
