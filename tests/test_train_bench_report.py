@@ -26,6 +26,31 @@ def test_bench_writes_throughput_with_provenance(tmp_path):
     assert peagle["drafter_rows_per_step"] < eagle3["drafter_rows_per_step"]  # COD thins the deep depths
 
 
+def test_bench_cod_ratio_sets_the_deep_depths_work(tmp_path):
+    def peagle_rows(*cod):
+        out = tmp_path / f"cod-{'-'.join(cod) or 'default'}.json"
+        assert bench.main(["--tiny", "--device", "cpu", "--out", str(out), "--batch-size", "2", "--row-len", "64",
+                           "--steps", "1", "--warmup", "1", "--draft-vocab-size", "64", "--methods", "peagle",
+                           "--peagle-k-train", "4", *cod]) == 0
+        (row,) = json.loads(out.read_text())["results"]
+        assert "oom" not in row
+        return row
+
+    default, every, floor = peagle_rows(), peagle_rows("--cod-ratio", "1.0"), peagle_rows("--cod-ratio-min", "0.5")
+    assert (default["cod_ratio"], default["cod_ratio_min"]) == (0.7, 0.2)
+    assert (every["cod_ratio"], floor["cod_ratio_min"]) == (1.0, 0.5)
+    # every depth of every labelled anchor: more drafter rows than COD's thinned depths, at most K per token
+    assert default["drafter_rows_per_step"] < floor["drafter_rows_per_step"] < every["drafter_rows_per_step"]
+    assert every["drafter_rows_per_step"] <= 2 * 4 * 64
+
+
+def test_bench_rejects_a_cod_ratio_out_of_range(tmp_path, capsys):
+    rc = bench.main(["--tiny", "--device", "cpu", "--out", str(tmp_path / "x.json"), "--methods", "peagle",
+                     "--batch-size", "2", "--row-len", "64", "--cod-ratio", "1.5"])
+    assert rc != 0 and "cod_ratio=1.5 is out of range" in capsys.readouterr().err
+    assert not (tmp_path / "x.json").exists()
+
+
 def test_peak_flops_lookup():
     assert bench.peak_flops("NVIDIA H200") == 989e12 and bench.peak_flops("cpu") is None
 

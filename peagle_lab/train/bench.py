@@ -72,8 +72,13 @@ def _synthetic_examples(n: int, vocab: int, seed: int) -> list:
 
 
 def bench_method(target, method: str, examples: list, *, batch_size: int, row_len: int, layers: int,
-                 draft_vocab_size: int, k_train: int, warmup: int, steps: int, compile: str, seed: int = 0) -> dict:
-    """Measure one method's training step; returns a result row."""
+                 draft_vocab_size: int, k_train: int, warmup: int, steps: int, compile: str, seed: int = 0,
+                 cod_ratio: float = 0.7, cod_ratio_min: float = 0.2) -> dict:
+    """Measure one method's training step; returns a result row.
+
+    ``cod_ratio`` / ``cod_ratio_min`` set P-EAGLE's COD sampling (``1.0`` keeps every depth of every anchor); a
+    step that runs out of GPU memory gives a row with ``"oom": true`` and the error instead of an exception.
+    """
     from .build import new_drafter
     from .loop import Trainer, TrainConfig
     from .vocab import build_draft_vocab, count_tokens
@@ -82,11 +87,19 @@ def bench_method(target, method: str, examples: list, *, batch_size: int, row_le
     vocab = build_draft_vocab(count_tokens(examples, V), min(draft_vocab_size, V), target.config.eos_token_ids)
     drafter = new_drafter(target, method, layers, vocab, seed=seed)
     cfg = TrainConfig(method=method, steps=warmup + steps, batch_size=batch_size, row_len=row_len, k_train=k_train,
-                      compile=compile, ckpt_every=0, eval_at_end=False, heldout_rows=0, seed=seed)
+                      compile=compile, ckpt_every=0, eval_at_end=False, heldout_rows=0, seed=seed,
+                      cod_ratio=cod_ratio, cod_ratio_min=cod_ratio_min)
     import tempfile
 
+    cod = {"cod_ratio": cod_ratio, "cod_ratio_min": cod_ratio_min} if method == "peagle" else {}
     with tempfile.TemporaryDirectory() as tmp:
-        return _measure(Trainer(target, drafter, examples, cfg, tmp, progress=False), warmup, steps)
+        try:
+            return {**_measure(Trainer(target, drafter, examples, cfg, tmp, progress=False), warmup, steps), **cod}
+        except torch.cuda.OutOfMemoryError as e:
+            peak = torch.cuda.max_memory_allocated() / 2 ** 30
+            torch.cuda.empty_cache()
+            return {"method": method, "layers": layers, "k_train": k_train, "batch_rows": batch_size,
+                    "row_len": row_len, **cod, "oom": True, "peak_memory_gib": peak, "error": str(e).splitlines()[0]}
 
 
 def _measure(tr, warmup: int, steps: int) -> dict:
@@ -153,6 +166,9 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--draft-vocab-size", type=int, default=8192)
     p.add_argument("--peagle-k-train", type=int, default=8)
     p.add_argument("--eagle3-k-train", type=int, default=7, help="TTT steps")
+    p.add_argument("--cod-ratio", type=float, default=0.7,
+                   help="P-EAGLE's COD r: depth d keeps about n·max(r^d, r_min) anchors (1.0: every depth of every anchor)")
+    p.add_argument("--cod-ratio-min", type=float, default=0.2, help="P-EAGLE's COD r_min")
     p.add_argument("--warmup", type=int, default=3, help="untimed steps first (compilation)")
     p.add_argument("--steps", type=int, default=10, help="timed steps")
     p.add_argument("--compile", default="auto", choices=COMPILE_MODES)
@@ -184,8 +200,12 @@ def run_bench(args) -> int:
         k = args.peagle_k_train if method == "peagle" else args.eagle3_k_train
         rows.append(bench_method(target, method, examples, batch_size=args.batch_size, row_len=args.row_len,
                                  layers=args.layers, draft_vocab_size=args.draft_vocab_size, k_train=k,
-                                 warmup=args.warmup, steps=args.steps, compile=args.compile, seed=args.seed))
+                                 warmup=args.warmup, steps=args.steps, compile=args.compile, seed=args.seed,
+                                 cod_ratio=args.cod_ratio, cod_ratio_min=args.cod_ratio_min))
         r = rows[-1]
+        if r.get("oom"):
+            print(f"{method}: out of GPU memory at {r['peak_memory_gib']:.1f} GiB ({r['error']})", flush=True)
+            continue
         print(f"{method}: {r['tokens_per_s']:,.0f} target tokens/s, step {r['step_ms_median']:.1f} ms, "
               f"{r['achieved_tflops']:.1f} TFLOP/s" + (f" (MFU {100 * r['mfu']:.1f} %)" if r["mfu"] else "")
               + f", split {json.dumps({k: round(v, 1) for k, v in r['split_ms'].items()})}", flush=True)
