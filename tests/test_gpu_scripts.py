@@ -1,7 +1,9 @@
 """GPU-only scripts say so on a machine without CUDA (exit 2, one line) instead of failing half-way."""
 from __future__ import annotations
 
+import random
 import subprocess
+import tarfile
 import sys
 from pathlib import Path
 
@@ -95,16 +97,19 @@ def test_admission_profile_labels_every_part_of_an_admission_on_a_tiny_cpu_run(t
 
 def test_h200_wait_fetches_a_finished_pipeline_over_several_calls_within_a_byte_budget(tmp_path):
     """A call brings back about 64 MiB: the small outputs come first, then the heads' parts in order, as many
-    as fit; the next call fetches the rest, and a third has nothing left to fetch."""
+    as fit; the next calls fetch the rest until nothing is left. A folder comes as one FOLDER.tgz."""
     root = tmp_path / "root"
     (root / "pipeline_out").mkdir(parents=True)
     (root / "pipeline.log").write_text("### done\n")
     (root / "pipeline_out" / "results.json").write_text("{}" * 50)
     for i in range(6):
         (root / "pipeline_out" / f"heads.tgz.part-{i}").write_bytes(bytes([i]) * 3000)
+    (root / "pipeline_out" / "gpu_suite").mkdir()  # a folder (the GPU suite beside the session) comes as one .tgz
+    noise = random.Random(0).randbytes(1500)  # incompressible: the .tgz takes budget like a real log
+    (root / "pipeline_out" / "gpu_suite" / "gpu_tests.log").write_bytes(noise)
     (root / "pipeline.rc").write_text("0\n")
     got, said = [], []
-    for call in range(3):
+    for call in range(4):
         out = tmp_path / f"out{call}"
         out.mkdir()
         run = subprocess.run(["bash", "scripts/gpu/h200_wait.sh", "0"], cwd=REPO, capture_output=True, text=True,
@@ -113,10 +118,14 @@ def test_h200_wait_fetches_a_finished_pipeline_over_several_calls_within_a_byte_
         assert run.returncode == 0, run.stderr
         got.append(sorted(p.name for p in out.iterdir()))
         said.append(run.stdout)
-    assert got[0] == ["heads.tgz.part-0", "heads.tgz.part-1", "heads.tgz.part-2", "results.json"]
-    assert "not fetched yet (3): heads.tgz.part-3 heads.tgz.part-4 heads.tgz.part-5" in said[0]
-    assert got[1] == ["heads.tgz.part-3", "heads.tgz.part-4", "heads.tgz.part-5"]
-    assert got[2] == [] and "every output fetched" in said[1] and "every output fetched" in said[2]
+    assert got[0] == ["gpu_suite.tgz", "heads.tgz.part-0", "heads.tgz.part-1", "results.json"]
+    with tarfile.open(tmp_path / "out0" / "gpu_suite.tgz") as tar:
+        assert tar.extractfile("gpu_suite/gpu_tests.log").read() == noise
+    assert "not fetched yet (4): heads.tgz.part-2 heads.tgz.part-3 heads.tgz.part-4 heads.tgz.part-5" in said[0]
+    assert got[1] == ["heads.tgz.part-2", "heads.tgz.part-3", "heads.tgz.part-4"]
+    assert "not fetched yet (1): heads.tgz.part-5" in said[1]
+    assert got[2] == ["heads.tgz.part-5"] and got[3] == []
+    assert "every output fetched" in said[2] and "every output fetched" in said[3]
     assert (tmp_path / "out1" / "heads.tgz.part-4").read_bytes() == bytes([4]) * 3000
 
 

@@ -23,11 +23,14 @@ def test_the_session_script_runs_every_stage_and_packages_the_heads(tmp_path):
     out, work = tmp_path / "out", tmp_path / "work"
     env = dict(os.environ, SMOKE="1", DEVICE="cpu", OUT=str(out), WORK=str(work), PYTHON=sys.executable,
                OMP_NUM_THREADS="1", NGPU="1", TRAIN_STEPS="4", TRAIN_EXTRA="--cod-ratio-min 0.3", SWEEP="1",
-               OPENING_WEIGHT="13",
+               OPENING_WEIGHT="13", BESIDE='test -f "$WORK/data/card.json" && echo beside ran; exit 3',
                RUNS="eagle3:1 peagle:1::--cod-ratio=0.6,--exclude-domains,writing")  # P-EAGLE: flags of its own
     run = subprocess.run(["bash", "scripts/gpu/train_heads_h200.sh"], cwd=REPO, env=env, capture_output=True,
                          text=True, timeout=900)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    # BESIDE ran after the data stage (the card existed), its failure is reported and does not fail the session
+    assert (out / "beside.log").read_text() == "beside ran\n"
+    assert "### beside (" in run.stdout and "): exit 3 in " in run.stdout
     results = json.loads((out / "results.json").read_text())
     pe = "peagle-1l-cod-ratio-0.6-exclude-domains-writing"
     assert set(results["heads"]) == {"eagle3-1l", pe}  # a run with FLAGS is named after them

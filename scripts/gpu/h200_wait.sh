@@ -37,9 +37,16 @@ echo "pipeline finished with exit $(cat $R/pipeline.rc)"
 # what earlier calls brought back of this pipeline (a list older than its exit status is another run's)
 [ "$R/pipeline_fetched" -nt "$R/pipeline.rc" ] || : > "$R/pipeline_fetched"
 budget=$FETCH_BYTES left=()
+# a folder (e.g. the GPU suite's, written beside the session) travels as one FOLDER.tgz: a call brings back files only
+for d in $R/pipeline_out/*/; do
+  [ -d "$d" ] || continue
+  n=$(basename "$d")
+  [ -f "$R/pipeline_out/$n.tgz" ] || tar -C $R/pipeline_out -czf "$R/pipeline_out/$n.tgz" "$n"
+done
 # small files first (results, logs), then the heads' parts in order
 for f in $(ls -Sr $R/pipeline_out/ 2>/dev/null | grep -v '^heads\.tgz\.part-') $(ls $R/pipeline_out/ 2>/dev/null | grep '^heads\.tgz\.part-' | sort); do
   grep -qxF "$f" $R/pipeline_fetched && continue
+  [ -d "$R/pipeline_out/$f" ] && continue  # fetched as $f.tgz
   size=$(stat -c %s "$R/pipeline_out/$f")
   if [ "$size" -gt "$budget" ]; then left+=("$f"); continue; fi
   cp "$R/pipeline_out/$f" "$OUT/" && echo "$f" >> $R/pipeline_fetched && budget=$((budget - size))

@@ -31,6 +31,7 @@
 # run compiles for ~110 s of its budget and the next one for ~60 s, so the 28th session's equal budgets gave 776 and
 # 1076 steps); a run then takes as long as its steps do.
 # TRAIN_EXTRA: more flags for every train run (a recipe experiment, e.g. "--cod-ratio-min 0.3": more deep COD elements).
+# BESIDE: a command (e.g. the GPU suite) run in the background from the end of the data stage on; see there.
 # SMOKE=1 DEVICE=cpu runs every stage on the tiny random target in a few minutes (checks this script).
 # Reassemble:  cat heads.tgz.part-* | tar -xzf -
 set -euo pipefail
@@ -109,6 +110,16 @@ for f in "$REPO"/peagle_lab/bench/data/*.jsonl "$REPO"/peagle_lab/bench/data/*.t
   --time-budget-s "$DATA_BUDGET_S" --seed "$SEED" --opening-weight "${OPENING_WEIGHT:-0}" --no-progress "${EXCL[@]}"
 cp "$WORK/data/card.json" "$WORK/data/card.md" "$WORK/ship/data/"
 mark data $t
+# BESIDE: a command run in the background from here on, beside training and evaluation (not beside the data stage,
+# whose time budget it would share), e.g. BESIDE='bash scripts/gpu/gpu_tests.sh $OUT/gpu_suite': the GPU suite at
+# this commit without device time of its own (30th session: 92/92 in 539 s beside 759 s of training). Its output
+# goes to $OUT/beside.log; its exit status is reported at the end and does not fail the session.
+if [ -n "${BESIDE:-}" ]; then
+  export OUT WORK  # for the command's own use ($OUT/gpu_suite)
+  ( s=$SECONDS; rc=0; bash -c "$BESIDE" > "$OUT/beside.log" 2>&1 || rc=$?
+    echo "$rc $((SECONDS - s))" > "$WORK/beside.rc" ) &
+  BESIDE_PID=$!
+fi
 
 # ---------------------------------------------------------------- 2 train (each head alone on a GPU)
 t=$SECONDS
@@ -243,4 +254,9 @@ if [ "${SWEEP:-0}" = 1 ] && [ "${SMOKE:-0}" != 1 ]; then  # the sweep needs the 
   mark sweep $t
 fi
 
+if [ -n "${BESIDE_PID:-}" ]; then
+  wait "$BESIDE_PID" || true
+  read -r brc bs < "$WORK/beside.rc" || brc=unknown
+  echo "### beside ($BESIDE): exit $brc in ${bs:-?}s, its log in \$OUT/beside.log"
+fi
 echo "### done in $((SECONDS - T0))s; stage seconds: {${STAGES%, }}"
