@@ -72,5 +72,7 @@ def test_report_states_the_goals_against_what_was_measured(tmp_path):
     assert g["peagle_AL_at_K7"] == 2.4 and g["peagle_AL_at_K7_met"] is False
     assert g["peagle_AL_gain_K3_to_K7"] == pytest.approx(0.2) and g["eagle3_AL_gain_K3_to_K7"] == pytest.approx(0.2)
     assert res["heads"]["peagle"]["cumulative_tokens"] == 3000 and res["heads"]["eagle3"]["curve"][0]["step"] == 10
+    # per-position acceptance is cumulative; the conditional rates divide each by the one before
+    assert g["peagle_per_position_at_K7"] == [0.5] * 7 and g["peagle_conditional_at_K7"] == [0.5] + [1.0] * 6
     with pytest.raises(ValueError, match="no heads"):
         training_results(tmp_path / "empty")

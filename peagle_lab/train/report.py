@@ -42,6 +42,22 @@ def head_entry(summary: dict) -> dict:
     }
 
 
+def conditional_acceptance(per_position: list[float]) -> list[float | None]:
+    """Each position's acceptance given that the one before it was accepted (the first: as it is).
+
+    Per-position acceptance is cumulative (a draft counts only after every earlier one was accepted), so two
+    heads' later positions compare only as ratios: this is where P-EAGLE and EAGLE-3 part (training.md).
+
+    >>> conditional_acceptance([0.8, 0.4, 0.1, 0.0, 0.0])
+    [0.8, 0.5, 0.25, 0.0, None]
+    """
+    out, before = [], 1.0
+    for p in per_position:
+        out.append(round(p / before, 4) if before > 0 else None)
+        before = p
+    return out
+
+
 def goals(heads: dict) -> dict:
     """The issue's acceptance numbers from the best head of each method (the one its goal measures).
 
@@ -58,6 +74,8 @@ def goals(heads: dict) -> dict:
     ('p4', 2.7, True, False)
     >>> round(g["peagle_AL_gain_K3_to_K7"], 3)
     0.5
+    >>> g["peagle_conditional_at_K7"][:3]
+    [0.7, 1.0, 1.0]
     """
     def al(name, k):
         return ((heads.get(name) or {}).get("acceptance") or {}).get(k, {}).get("AL")
@@ -74,7 +92,8 @@ def goals(heads: dict) -> dict:
         a3, a7 = al(name, 3), al(name, 7)
         out[f"{m}_AL_gain_K3_to_K7"] = a7 - a3 if a3 is not None and a7 is not None else None
         acc = (heads.get(name) or {}).get("acceptance") or {}
-        out[f"{m}_per_position_at_K7"] = (acc.get(7) or {}).get("per_position")
+        out[f"{m}_per_position_at_K7"] = pos = (acc.get(7) or {}).get("per_position")
+        out[f"{m}_conditional_at_K7"] = conditional_acceptance(pos) if pos else None
     for key, goal in GOALS.items():
         out[f"{key}_goal"] = goal
         out[f"{key}_met"] = out[key] is not None and out[key] >= goal
