@@ -167,7 +167,8 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--peagle-k-train", type=int, default=8)
     p.add_argument("--eagle3-k-train", type=int, default=7, help="TTT steps")
     p.add_argument("--cod-ratio", type=float, default=0.7,
-                   help="P-EAGLE's COD r: depth d keeps about n·max(r^d, r_min) anchors (1.0: every depth of every anchor)")
+                   help="P-EAGLE's COD r: depth d keeps about n·max(r^d, r_min) anchors "
+                        "(1.0: every depth of every anchor)")
     p.add_argument("--cod-ratio-min", type=float, default=0.2, help="P-EAGLE's COD r_min")
     p.add_argument("--warmup", type=int, default=3, help="untimed steps first (compilation)")
     p.add_argument("--steps", type=int, default=10, help="timed steps")
