@@ -90,14 +90,13 @@ class TrainConfig:
                          ("eval_prompts", 1), ("eval_max_new_tokens", 1), ("eval_concurrency", 1),
                          ("heldout_rows", 0), ("calibration_steps", 2)):
             check_int(name, getattr(self, name), lo)
-        for name, lo, hi in (("lr", 0.0, 1.0), ("weight_decay", 0.0, 1.0), ("grad_clip", 0.0, 1e6)):
+        for name, lo, hi in (("lr", 0.0, 1.0), ("weight_decay", 0.0, 1.0), ("grad_clip", 0.0, 1e6),
+                             ("cod_ratio_min", 0.0, 1.0)):
             v = getattr(self, name)
             if not lo <= v <= hi:
                 raise ValueError(f"{name}={v} is out of range; expected [{lo}, {hi}]")
         if not 0.0 < self.cod_ratio <= 1.0:
             raise ValueError(f"cod_ratio={self.cod_ratio} is out of range; expected (0, 1] (1.0 keeps every depth)")
-        if not 0.0 <= self.cod_ratio_min <= 1.0:
-            raise ValueError(f"cod_ratio_min={self.cod_ratio_min} is out of range; expected [0, 1]")
         if self.depth_decay is not None and not 0.0 < self.depth_decay <= 1.0:
             raise ValueError(f"depth_decay={self.depth_decay} is out of range; expected (0, 1] (or None)")
         if self.top1_weight is not None and not 0.0 <= self.top1_weight <= 10.0:
