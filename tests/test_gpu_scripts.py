@@ -1,6 +1,7 @@
 """GPU-only scripts say so on a machine without CUDA (exit 2, one line) instead of failing half-way."""
 from __future__ import annotations
 
+import json
 import random
 import subprocess
 import tarfile
@@ -127,6 +128,36 @@ def test_h200_wait_fetches_a_finished_pipeline_over_several_calls_within_a_byte_
     assert got[2] == ["heads.tgz.part-5"] and got[3] == []
     assert "every output fetched" in said[2] and "every output fetched" in said[3]
     assert (tmp_path / "out1" / "heads.tgz.part-4").read_bytes() == bytes([4]) * 3000
+
+
+def test_h200_wait_fetches_only_the_heads_named_in_fetch_heads(tmp_path):
+    """FETCH_HEADS packs the named heads alone (head-NAME.tar.part-N) and leaves heads.tgz, which holds every
+    run's head, behind; a name that is no head stops the call with the names there are."""
+    root, ship = tmp_path / "root", tmp_path / "ship"
+    (root / "pipeline_out").mkdir(parents=True)
+    (root / "pipeline.log").write_text("### done\n")
+    (root / "pipeline_out" / "results.json").write_text("{}")
+    (root / "pipeline_out" / "heads.tgz.part-0").write_bytes(b"every head" * 100)
+    for name in ("eagle3-1l", "peagle-4l"):
+        (ship / "heads" / name).mkdir(parents=True)
+        (ship / "heads" / name / "config.json").write_text(f'{{"name": "{name}"}}')
+    (root / "pipeline.rc").write_text("0\n")
+
+    def call(out, heads):
+        out.mkdir()
+        return subprocess.run(["bash", "scripts/gpu/h200_wait.sh", "0"], cwd=REPO, capture_output=True, text=True,
+                              timeout=60, env={"PATH": "/usr/bin:/bin", "OUT": str(out), "PIPE_ROOT": str(root),
+                                               "SHIP": str(ship), "FETCH_HEADS": heads})
+
+    bad = call(tmp_path / "bad", "eagle3-1l peagle-9l")
+    assert bad.returncode == 2 and "'peagle-9l', which is no head" in bad.stderr and "peagle-4l" in bad.stderr
+    run = call(tmp_path / "out", "eagle3-1l")
+    assert run.returncode == 0, run.stderr
+    got = sorted(p.name for p in (tmp_path / "out").iterdir())
+    assert got == ["head-eagle3-1l.tar.part-0", "results.json"] and "every output fetched" in run.stdout
+    with tarfile.open(tmp_path / "out" / "head-eagle3-1l.tar.part-0") as tar:
+        assert json.loads(tar.extractfile("eagle3-1l/config.json").read()) == {"name": "eagle3-1l"}
+        assert not any(m.name.startswith("peagle-4l") for m in tar.getmembers())
 
 
 def test_h200_wait_says_at_once_that_no_pipeline_runs_on_a_fresh_machine(tmp_path):

@@ -7,6 +7,10 @@
 # FETCH_BYTES (56 MiB) a call: a call brings back about 64 MiB, and two 32k-vocabulary heads alone make six
 # 15 MiB parts (eighth session). What did not fit is listed; the next call fetches it with
 #   bash scripts/gpu/h200_wait.sh 0       # (within 30 s, while the machine is warm) until nothing is left
+# FETCH_HEADS="NAME ..." (heads of $SHIP/heads, default /tmp/peagle_train/ship/heads) fetches those heads alone,
+# each as head-NAME.tar.part-N (reassemble: cat head-NAME.tar.part-* | tar -x), instead of heads.tgz, which holds
+# every run's head: three runs' heads made 12 parts in the 31st session, four calls, where the one head it shipped
+# (EAGLE-3, 47 MiB) took one. Decide from results.json and the eval logs, which come first in any case.
 # PIPE_ROOT (default /tmp) moves pipeline.rc, pipeline.log, pipeline_out/ and pipeline_fetched (for tests).
 # Exits 3 at once when neither pipeline.log nor pipeline.rc exists (no pipeline here: a fresh machine).
 LIMIT=${1:-560}
@@ -37,14 +41,28 @@ echo "pipeline finished with exit $(cat $R/pipeline.rc)"
 # what earlier calls brought back of this pipeline (a list older than its exit status is another run's)
 [ "$R/pipeline_fetched" -nt "$R/pipeline.rc" ] || : > "$R/pipeline_fetched"
 budget=$FETCH_BYTES left=()
+SHIP=${SHIP:-/tmp/peagle_train/ship}
+parts='^heads\.tgz\.part-'
+if [ -n "${FETCH_HEADS:-}" ]; then
+  parts='^head-.*\.tar\.part-'
+  for h in $FETCH_HEADS; do
+    if ! [ -f "$SHIP/heads/$h/config.json" ]; then
+      echo "h200_wait.sh: FETCH_HEADS names '$h', which is no head in $SHIP/heads (there: $(ls "$SHIP/heads" 2>/dev/null | tr '\n' ' '))" >&2
+      exit 2
+    fi
+    ls $R/pipeline_out/head-$h.tar.part-* > /dev/null 2>&1 \
+      || tar -C "$SHIP/heads" -cf - "$h" | split -b 15m -d -a 1 - "$R/pipeline_out/head-$h.tar.part-"
+  done
+fi
 # a folder (e.g. the GPU suite's, written beside the session) travels as one FOLDER.tgz: a call brings back files only
 for d in $R/pipeline_out/*/; do
   [ -d "$d" ] || continue
   n=$(basename "$d")
   [ -f "$R/pipeline_out/$n.tgz" ] || tar -C $R/pipeline_out -czf "$R/pipeline_out/$n.tgz" "$n"
 done
-# small files first (results, logs), then the heads' parts in order
-for f in $(ls -Sr $R/pipeline_out/ 2>/dev/null | grep -v '^heads\.tgz\.part-') $(ls $R/pipeline_out/ 2>/dev/null | grep '^heads\.tgz\.part-' | sort); do
+# small files first (results, logs), then the heads' parts in order (with FETCH_HEADS: those heads', never heads.tgz)
+for f in $(ls -Sr $R/pipeline_out/ 2>/dev/null | grep -v '^heads\.tgz\.part-\|^head-.*\.tar\.part-') \
+         $(ls $R/pipeline_out/ 2>/dev/null | grep "$parts" | sort); do
   grep -qxF "$f" $R/pipeline_fetched && continue
   [ -d "$R/pipeline_out/$f" ] && continue  # fetched as $f.tgz
   size=$(stat -c %s "$R/pipeline_out/$f")
@@ -53,7 +71,8 @@ for f in $(ls -Sr $R/pipeline_out/ 2>/dev/null | grep -v '^heads\.tgz\.part-') $
 done
 ls -la "$OUT"
 if [ "${#left[@]}" -gt 0 ]; then
-  echo "not fetched yet (${#left[@]}): ${left[*]}; run 'bash scripts/gpu/h200_wait.sh 0' in the next call, within 30 s"
+  echo "not fetched yet (${#left[@]}): ${left[*]}; run '${FETCH_HEADS:+FETCH_HEADS=\"$FETCH_HEADS\" }bash scripts/gpu/h200_wait.sh 0'" \
+       "in the next call, within 30 s"
 else
   echo "every output fetched"
 fi
