@@ -19,6 +19,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..bench.report import replace_block
+
 __all__ = ["Source", "SOURCES", "Published", "PUBLISHED", "Row", "comparison", "our_setting", "markdown",
            "update_page", "BEGIN", "END"]
 
@@ -220,10 +222,7 @@ def update_page(page: str, bench: Mapping) -> str:
     Raises:
         ValueError: the page lacks the markers.
     """
-    if BEGIN not in page or END not in page:
-        raise ValueError(f"the page has no {BEGIN!r} … {END!r} block")
-    head, rest = page.split(BEGIN, 1)
-    return head + BEGIN + "\n" + markdown(bench) + "\n" + END + rest.split(END, 1)[1]
+    return replace_block(page, BEGIN, END, markdown(bench))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
