@@ -48,3 +48,5 @@ def test_readme_flag_rewrites_only_the_block_and_a_page_without_markers_is_an_er
     assert "has no" in capsys.readouterr().err and bare.read_text() == "no markers\n"
     with pytest.raises(ValueError, match="BEGIN headline"):
         replace_block("x", README_BEGIN, README_END, "y")
+    with pytest.raises(ValueError, match="block"):  # the end marker only before the begin marker
+        replace_block(f"{README_END}\n{README_BEGIN}\n", README_BEGIN, README_END, "y")

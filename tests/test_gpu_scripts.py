@@ -151,6 +151,7 @@ def test_h200_wait_fetches_only_the_heads_named_in_fetch_heads(tmp_path):
 
     bad = call(tmp_path / "bad", "eagle3-1l peagle-9l")
     assert bad.returncode == 2 and "'peagle-9l', which is no head" in bad.stderr and "peagle-4l" in bad.stderr
+    assert not list((root / "pipeline_out").glob("head-*"))  # the good name before it packed nothing either
     run = call(tmp_path / "out", "eagle3-1l")
     assert run.returncode == 0, run.stderr
     got = sorted(p.name for p in (tmp_path / "out").iterdir())
@@ -185,7 +186,8 @@ def test_sweep_session_runs_sweep_then_k_scaling_then_the_suite_and_reports_each
     assert len(benches) == 2 and benches[0].startswith("-m peagle_lab.bench.cli")  # the full sweep comes first
     assert benches[0].endswith("--min-prompts 16 --time-budget-s 780 --no-progress")  # its flags win over the defaults
     assert f"--out {out}/sweep" in benches[0] and f"--out {out}/k_scaling" in benches[1]
-    assert "-k 2 3 4 5 7 -c 1 64" in benches[1]
+    assert "-k 2 3 4 5 7 -c 1 64" in benches[1] and "--no-report" in benches[1]
+    assert (out / "k_scaling" / "bench.log").exists()  # the bench's output, beside its JSON
     assert calls.index(benches[1]) < next(i for i, c in enumerate(calls) if c.startswith("-m pytest -m gpu"))
     assert list(json.loads((out / "stage_seconds.json").read_text())) == ["sweep", "k_scaling", "suite"]
     assert "commit c0ffee" in (out / "sweep_session.log").read_text()

@@ -90,9 +90,9 @@ def replace_block(page: str, begin: str, end: str, body: str) -> str:
     Raises:
         ValueError: the page lacks one of the markers.
     """
-    if begin not in page or end not in page:
+    head, found, rest = page.partition(begin)
+    if not found or end not in rest:
         raise ValueError(f"the page has no {begin!r} … {end!r} block")
-    head, rest = page.split(begin, 1)
     return head + begin + "\n" + body + "\n" + end + rest.split(end, 1)[1]
 
 

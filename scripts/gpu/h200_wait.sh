@@ -45,13 +45,17 @@ SHIP=${SHIP:-/tmp/peagle_train/ship}
 parts='^heads\.tgz\.part-'
 if [ -n "${FETCH_HEADS:-}" ]; then
   parts='^head-.*\.tar\.part-'
-  for h in $FETCH_HEADS; do
+  for h in $FETCH_HEADS; do  # every name first, so a bad one packs nothing
     if ! [ -f "$SHIP/heads/$h/config.json" ]; then
       echo "h200_wait.sh: FETCH_HEADS names '$h', which is no head in $SHIP/heads (there: $(ls "$SHIP/heads" 2>/dev/null | tr '\n' ' '))" >&2
       exit 2
     fi
-    ls $R/pipeline_out/head-$h.tar.part-* > /dev/null 2>&1 \
-      || tar -C "$SHIP/heads" -cf - "$h" | split -b 15m -d -a 1 - "$R/pipeline_out/head-$h.tar.part-"
+  done
+  for h in $FETCH_HEADS; do  # packed once, in a scratch folder moved into place whole, so a cut call leaves no parts
+    ls $R/pipeline_out/head-$h.tar.part-* > /dev/null 2>&1 && continue
+    rm -rf "$R/pipeline_out/.pack" && mkdir -p "$R/pipeline_out/.pack"
+    tar -C "$SHIP/heads" -cf - "$h" | split -b 15m -d -a 1 - "$R/pipeline_out/.pack/head-$h.tar.part-" \
+      && mv "$R/pipeline_out/.pack"/head-$h.tar.part-* "$R/pipeline_out/" && rmdir "$R/pipeline_out/.pack"
   done
 fi
 # a folder (e.g. the GPU suite's, written beside the session) travels as one FOLDER.tgz: a call brings back files only
@@ -74,5 +78,5 @@ if [ "${#left[@]}" -gt 0 ]; then
   echo "not fetched yet (${#left[@]}): ${left[*]}; run '${FETCH_HEADS:+FETCH_HEADS=\"$FETCH_HEADS\" }bash scripts/gpu/h200_wait.sh 0'" \
        "in the next call, within 30 s"
 else
-  echo "every output fetched"
+  echo "every output fetched${FETCH_HEADS:+ (of the heads, only those of FETCH_HEADS: heads.tgz.part-* stay behind)}"
 fi

@@ -41,9 +41,13 @@ stage() {  # stage NAME COMMAND...: runs unless SKIPped, records its seconds and
 }
 stage sweep env OUT="$OUT/sweep" bash scripts/gpu/bench_h200.sh --min-prompts 16 \
   --time-budget-s "${SWEEP_BUDGET_S:-780}" --no-progress
-stage k_scaling "$PY" -m peagle_lab.cli bench --methods baseline eagle3 peagle -k 2 3 4 5 7 -c 1 64 \
-  --workloads chat code --device cuda --no-reference --min-prompts 16 --time-budget-s "${K_BUDGET_S:-200}" \
-  --extra-k --out "$OUT/k_scaling"
+k_scaling() {  # the bench's output also into the folder, as bench.log (the committed k_scaling/ has one)
+  mkdir -p "$OUT/k_scaling"
+  "$PY" -m peagle_lab.cli bench --methods baseline eagle3 peagle -k 2 3 4 5 7 -c 1 64 --workloads chat code \
+    --device cuda --no-reference --min-prompts 16 --time-budget-s "${K_BUDGET_S:-200}" --extra-k --no-report \
+    --no-progress --out "$OUT/k_scaling" 2>&1 | tee "$OUT/k_scaling/bench.log"
+}
+stage k_scaling k_scaling
 stage suite bash scripts/gpu/gpu_tests.sh "$OUT/gpu_suite"
 echo "{${STAGES%, }}" > "$OUT/stage_seconds.json"
 echo "### done: stage seconds {${STAGES%, }}${FAILED:+; failed:$FAILED}"
