@@ -33,7 +33,7 @@ def headline_rows(result: BenchResult) -> list[dict]:
              "peagle/eagle3": pe.get((w, t, c)), "peagle/baseline": pb.get((w, t, c))}
         for m in LABELS:
             r = best.get((w, t, m, c))
-            d[m] = None if r is None else {"tps": r.tps, "k": r.k, "al": r.acceptance_length}
+            d[m] = None if r is None else {"tps": r.tps, "k": r.k, "al": r.acceptance_length, "step_ms": r.step_ms}
         out.append(d)
     return out
 
@@ -44,15 +44,18 @@ def _cell(d: dict | None, with_k: bool = True) -> str:
     return f"{d['tps']:.0f} (K={d['k']}, AL {d['al']:.2f})" if with_k and d["k"] else f"{d['tps']:.0f}"
 
 
+def _ratio(v: float | None) -> str:
+    return "—" if v is None else f"{v:.2f}×"
+
+
 def headline_table(result: BenchResult) -> str:
     """A fixed-width text table: best-K TPS per method and the P-EAGLE ratios, per workload and c."""
     lines = [f"{'workload':<8} {'T':>4} {'c':>4}  {'plain tok/s':>11}  {'EAGLE-3 tok/s':>24}  "
              f"{'P-EAGLE tok/s':>24}  {'P/E3':>5}  {'P/plain':>7}"]
     for d in headline_rows(result):
-        ratio = lambda v: f"{v:.2f}×" if v is not None else "—"  # noqa: E731
         lines.append(f"{d['workload']:<8} {d['temperature']:>4g} {d['concurrency']:>4}  {_cell(d['baseline']):>11}  "
-                     f"{_cell(d['eagle3']):>24}  {_cell(d['peagle']):>24}  {ratio(d['peagle/eagle3']):>5}  "
-                     f"{ratio(d['peagle/baseline']):>7}")
+                     f"{_cell(d['eagle3']):>24}  {_cell(d['peagle']):>24}  {_ratio(d['peagle/eagle3']):>5}  "
+                     f"{_ratio(d['peagle/baseline']):>7}")
     for r in (r for r in result.rows if r.source == "transformers"):
         agree = f", {100 * r.agreement:.0f}% tokens equal to ours" if r.agreement is not None else ""
         lines.append(f"reference: transformers static cache, {r.workload}, c={r.concurrency}: {r.tps:.0f} tok/s, "
@@ -68,16 +71,15 @@ README_END = "<!-- END headline -->"
 def markdown_headline(result: BenchResult) -> str:
     """The README's headline table (temperature 0): per c and workload, plain decoding's tok/s and step, each
     method at its best K (tok/s, K, AL) and P-EAGLE's ratios, as Markdown."""
-    best = best_k(result.rows)
     rows = sorted((d for d in headline_rows(result) if d["temperature"] == 0), key=lambda d: d["concurrency"])
     lines = ["| workload | c | plain tok/s (step) | EAGLE-3 best (K, AL) | P-EAGLE best (K, AL) | P-EAGLE / EAGLE-3 "
              "| P-EAGLE / plain |", "| --- | --- | --- | --- | --- | --- | --- |"]
     for d in rows:
-        base = best.get((d["workload"], 0.0, "baseline", d["concurrency"]))
-        plain = "—" if base is None else f"{base.tps:.0f}" + (f" ({base.step_ms:.2f} ms)" if base.step_ms else "")
+        base = d["baseline"]
+        plain = "—" if base is None else f"{base['tps']:.0f}" + (f" ({base['step_ms']:.2f} ms)" if base["step_ms"] else "")
         spec = ["—" if d[m] is None else f"{d[m]['tps']:.0f} ({d[m]['k']}, {d[m]['al']:.2f})" for m in ("eagle3", "peagle")]
-        ratio = ["—" if d[k] is None else f"{d[k]:.2f}×" for k in ("peagle/eagle3", "peagle/baseline")]
-        lines.append(f"| {d['workload']} | {d['concurrency']} | {plain} | {spec[0]} | {spec[1]} | {ratio[0]} | {ratio[1]} |")
+        lines.append(f"| {d['workload']} | {d['concurrency']} | {plain} | {spec[0]} | {spec[1]} "
+                     f"| {_ratio(d['peagle/eagle3'])} | {_ratio(d['peagle/baseline'])} |")
     return "\n".join(lines)
 
 
@@ -163,9 +165,8 @@ def render_html(result: BenchResult, plotlyjs_src: str | None = "plotly.min.js")
                           g.value(), g.bound, esc(g.detail)])
     parts.append(_table(["goal", "status", "measured", "target", "evidence"], goal_rows))
     parts.append("<h2>Headline: each method at its best K</h2>")
-    ratio = lambda v: "—" if v is None else f"{v:.2f}×"  # noqa: E731
     hrows = [[esc(d["workload"]), f"{d['temperature']:g}", str(d["concurrency"]), _cell(d["baseline"]),
-              _cell(d["eagle3"]), _cell(d["peagle"]), ratio(d["peagle/eagle3"]), ratio(d["peagle/baseline"])]
+              _cell(d["eagle3"]), _cell(d["peagle"]), _ratio(d["peagle/eagle3"]), _ratio(d["peagle/baseline"])]
              for d in headline_rows(result)]
     parts.append(_table(["workload", "T", "c", "plain tok/s", "EAGLE-3 tok/s", "P-EAGLE tok/s", "P/E3", "P/plain"],
                         hrows))
@@ -209,9 +210,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         result = read_json(args.result)
         if args.readme:
-            page = Path(args.readme)
-            page.write_text(replace_block(page.read_text(), README_BEGIN, README_END, markdown_headline(result)))
-            print(markdown_headline(result))
+            page, table = Path(args.readme), markdown_headline(result)
+            page.write_text(replace_block(page.read_text(), README_BEGIN, README_END, table))
+            print(table)
             return 0
         out = write_report(result, args.out or Path(args.result).with_name("report.html"), args.inline_plotlyjs)
     except (ValueError, OSError) as e:
