@@ -2,7 +2,8 @@
 step-cost measurements without the weights (seeded, so reproducible)."""
 from __future__ import annotations
 
-from types import SimpleNamespace
+from pathlib import Path
+from types import ModuleType, SimpleNamespace
 
 import torch
 
@@ -71,3 +72,22 @@ def token_example(input_ids: list[int], assistant_start: int) -> SimpleNamespace
     """
     return SimpleNamespace(input_ids=input_ids, assistant_start=assistant_start)
 
+
+
+def script_module(path: str) -> ModuleType:
+    """A script of the repository's ``scripts/`` folder (no package's module) imported by its path, for tests.
+
+    Args:
+        path: relative to ``scripts/``, e.g. ``"dev/land_sweep.py"``.
+    """
+    import importlib.util
+    import sys
+
+    file = Path(__file__).resolve().parents[1] / "scripts" / path
+    if not file.is_file():
+        raise FileNotFoundError(f"no script {file} (scripts/ lies beside the package in a checkout only)")
+    spec = importlib.util.spec_from_file_location(file.stem, file)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[file.stem] = module  # dataclasses and pickling look a class's module up by name
+    spec.loader.exec_module(module)
+    return module

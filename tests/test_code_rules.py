@@ -2,17 +2,15 @@
 from __future__ import annotations
 
 import ast
-import importlib.util
 from pathlib import Path
+
+from peagle_lab.testing import script_module
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _function_lengths():
-    spec = importlib.util.spec_from_file_location("function_lengths", ROOT / "scripts" / "dev" / "function_lengths.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return script_module("dev/function_lengths.py")
 
 
 def test_no_function_in_the_package_is_over_60_lines_of_code():

@@ -16,12 +16,9 @@ REPO = Path(__file__).resolve().parents[1]
 
 def decode_attention_script():
     """``scripts/gpu/decode_attention_gpu.py`` imported as a module (it is not a package's)."""
-    sys.path.insert(0, str(REPO / "scripts" / "gpu"))
-    try:
-        import decode_attention_gpu
-    finally:
-        sys.path.pop(0)
-    return decode_attention_gpu
+    from peagle_lab.testing import script_module
+
+    return script_module("gpu/decode_attention_gpu.py")
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without CUDA")

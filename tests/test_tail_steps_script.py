@@ -35,15 +35,12 @@ def test_tail_steps_rejects_a_bad_case():
 
 
 def test_request_steps_rebuilds_each_request_and_refuses_a_compacted_trace():
-    import importlib.util
-
     import pytest
 
     from peagle_lab.engine import StepTrace
+    from peagle_lab.testing import script_module
 
-    spec = importlib.util.spec_from_file_location("tail_steps", REPO / "scripts" / "bench" / "tail_steps.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = script_module("bench/tail_steps.py")
     s = lambda i, acc: StepTrace(i, 1.0, 0.0, 0.0, acc, 1)  # noqa: E731
     # three requests of 6 tokens: the first done in two steps, the third in one, the second in four
     trace = [s(0, (2, 0, 4)), s(1, (1, 0)), s(2, (0,)), s(3, (1,))]

@@ -1,7 +1,6 @@
 """scripts/bench/workload_categories.py: acceptance per chat category (a tiny CPU run)."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -48,11 +47,10 @@ def test_parse_case():
             parse_case(bad)
 
 
-def script_module():
-    spec = importlib.util.spec_from_file_location("workload_categories", REPO / "scripts/bench/workload_categories.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+def workload_categories():
+    from peagle_lab.testing import script_module
+
+    return script_module("bench/workload_categories.py")
 
 
 def tiny_data_folder(root: Path) -> Path:
@@ -95,7 +93,7 @@ def test_target_confidence_is_the_mean_probability_of_the_given_tokens():
 
     from peagle_lab.testing import tiny_target
 
-    mod, target = script_module(), tiny_target(seed=2)
+    mod, target = workload_categories(), tiny_target(seed=2)
     prompt, output = [1, 4, 9, 2], [7, 7, 3]
     ids = torch.tensor([prompt + output])
     with torch.no_grad():
