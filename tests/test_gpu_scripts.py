@@ -158,7 +158,7 @@ def test_h200_wait_fetches_only_the_heads_named_in_fetch_heads(tmp_path):
         assert not any(m.name.startswith("peagle-4l") for m in tar.getmembers())
 
 
-def _sweep_session(tmp_path, fail_match="", skip=""):
+def _sweep_session(tmp_path, fail_match="", skip="", bench_flags=""):
     """Run sweep_session_h200.sh with a stand-in python that logs its arguments (and fails on FAIL_MATCH)."""
     tmp_path.mkdir(parents=True, exist_ok=True)
     fake = tmp_path / "python"
@@ -170,7 +170,8 @@ def _sweep_session(tmp_path, fail_match="", skip=""):
     (model / "model.safetensors").write_bytes(b"")  # bench_h200.sh only checks that the model is staged
     out, calls = tmp_path / "out", tmp_path / "calls.log"
     env = {"PATH": "/usr/bin:/bin", "OUT": str(out), "PYTHON": str(fake), "CALLS": str(calls), "FAIL_MATCH": fail_match,
-           "PEAGLE_LAB_CACHE": str(tmp_path / "cache"), "PEAGLE_LAB_COMMIT": "c0ffee", "SKIP": skip}
+           "PEAGLE_LAB_CACHE": str(tmp_path / "cache"), "PEAGLE_LAB_COMMIT": "c0ffee", "SKIP": skip,
+           "BENCH_FLAGS": bench_flags}
     run = subprocess.run(["bash", "scripts/gpu/sweep_session_h200.sh"], cwd=REPO, capture_output=True, text=True,
                          timeout=60, env=env)
     return run, out, calls.read_text().splitlines() if calls.exists() else []
@@ -199,6 +200,15 @@ def test_sweep_session_keeps_going_past_a_failed_stage_and_says_which_failed(tmp
     run, out, calls = _sweep_session(tmp_path / "c", skip="suite")
     assert run.returncode == 0 and not any(c.startswith("-m pytest") for c in calls)
     assert list(json.loads((out / "stage_seconds.json").read_text())) == ["sweep", "k_scaling"]
+
+
+def test_sweep_session_gives_bench_flags_to_both_bench_stages_last_so_they_win(tmp_path):
+    """BENCH_FLAGS turns the session into a CPU rehearsal (the header's command): both bench stages must end with
+    them, since a bench flag given twice takes its last value."""
+    run, _, calls = _sweep_session(tmp_path, bench_flags="--device cpu -c 1 64 --max-new-tokens 8")
+    assert run.returncode == 0, run.stdout + run.stderr
+    benches = [c for c in calls if c.startswith(("-m peagle_lab.bench.cli", "-m peagle_lab.cli bench"))]
+    assert len(benches) == 2 and all(b.endswith(" --device cpu -c 1 64 --max-new-tokens 8") for b in benches)
 
 
 def test_h200_wait_says_at_once_that_no_pipeline_runs_on_a_fresh_machine(tmp_path):

@@ -14,8 +14,15 @@
 #   OUT=/tmp/pipeline_out PEAGLE_LAB_CACHE=/tmp/cache PEAGLE_LAB_COMMIT=SHA bash scripts/gpu/sweep_session_h200.sh
 #
 # Knobs (environment): PYTHON, SWEEP_BUDGET_S (780), K_BUDGET_S (200), SKIP (stage names to leave out, e.g.
-# "suite"). A run in the background is followed with scripts/gpu/h200_wait.sh, which brings each folder back as
-# FOLDER.tgz.
+# "suite"), BENCH_FLAGS (more bench flags for both bench stages, given last so they win). A rehearsal on a CPU
+# before spending device time, with the cells notebook 5 fits its model to (K 3 and 7 at c 1 and 64, chat and
+# code: 20 cells a stage, about 5 minutes each on two cores; the suite's tests skip without CUDA):
+#   OUT=/tmp/rehearsal PYTHON=.venv/bin/python SWEEP_BUDGET_S=600 K_BUDGET_S=600 BENCH_FLAGS="--device cpu
+#   --dtype float32 -k 3 7 --extra-k -c 1 64 --workloads chat code --max-new-tokens 4 --min-prompts 1
+#   --no-reference" bash scripts/gpu/sweep_session_h200.sh
+# then `scripts/dev/land_sweep.py FETCHED --root CLONE --any-device` lands it in a scratch clone (docs/scripts.md).
+# A run in the background is followed with scripts/gpu/h200_wait.sh, which brings each folder back as FOLDER.tgz;
+# scripts/dev/land_sweep.py FETCHED then lands the session in docs/results/h200/.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:?set OUT to the output folder}
@@ -40,12 +47,12 @@ stage() {  # stage NAME COMMAND...: runs unless SKIPped, records its seconds and
   echo "### stage $name took $((SECONDS - t))s, exit $rc"
 }
 stage sweep env OUT="$OUT/sweep" bash scripts/gpu/bench_h200.sh --min-prompts 16 \
-  --time-budget-s "${SWEEP_BUDGET_S:-780}" --no-progress
+  --time-budget-s "${SWEEP_BUDGET_S:-780}" --no-progress ${BENCH_FLAGS:-}
 k_scaling() {  # the bench's output also into the folder, as bench.log (the committed k_scaling/ has one)
   mkdir -p "$OUT/k_scaling"
   "$PY" -m peagle_lab.cli bench --methods baseline eagle3 peagle -k 2 3 4 5 7 -c 1 64 --workloads chat code \
     --device cuda --no-reference --min-prompts 16 --time-budget-s "${K_BUDGET_S:-200}" --extra-k --no-report \
-    --no-progress --out "$OUT/k_scaling" 2>&1 | tee "$OUT/k_scaling/bench.log"
+    --no-progress --out "$OUT/k_scaling" ${BENCH_FLAGS:-} 2>&1 | tee "$OUT/k_scaling/bench.log"
 }
 stage k_scaling k_scaling
 stage suite bash scripts/gpu/gpu_tests.sh "$OUT/gpu_suite"
