@@ -1,0 +1,277 @@
+"""Land what ``scripts/gpu/sweep_session_h200.sh`` wrote on the H200 into ``docs/results/h200/``.
+
+The benchmark session brings back ``sweep.tgz``, ``k_scaling.tgz`` and ``gpu_suite.tgz`` (through
+``scripts/gpu/h200_wait.sh``), with ``stage_seconds.json`` and ``sweep_session.log``. Landing them by hand
+took a dozen steps, each easy to get wrong at the end of a session; this does them in order and stops
+before touching the tree if anything does not fit:
+
+1. check: both bench files pass the schema, all three folders come from one commit, the heads the sweeps
+   measured are the shipped ones (by digest), the K sweep has the cells notebook 5 fits its model to, the suite
+   passed, and (unless ``--any-device``) it ran on an H200;
+2. archive the sweep in place (``bench.*``, ``report.html``, the suite's files) into ``sweeps/DATE-COMMIT/`` and
+   the K sweep into ``k_scaling/DATE-COMMIT/``, named from their own ``run_info``;
+3. put the new files in place;
+4. regenerate what reads them: the HTML report, the README's K-scaling table, ``docs/paper.md``'s table, and
+   notebook 5 (executed in place, then its PNG copies); ``--no-notebook`` leaves the notebook alone;
+5. run the tests that read the committed sweeps (the K model's fit against the measured peaks, the figures, the
+   tables) and notebook 5 under nbval, on the new files; a failure there is a finding about the new sweep, to
+   write up or fix, so the script says which failed and exits 1 with everything landed (``--no-checks`` skips it);
+6. list the prose that still names the old commits: that part is the author's.
+
+Usage (repository root, after the fetch):
+    .venv/bin/python scripts/dev/land_sweep.py FETCHED_DIR [--root REPO] [--any-device] [--no-notebook] [--no-checks]
+    .venv/bin/python scripts/dev/land_sweep.py --regenerate-only     # steps 4 and 5 again, on the files in place
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+PARTS = ("sweep", "k_scaling", "gpu_suite")
+SWEEP_FILES = ("bench.json", "bench.csv", "bench.log", "report.html")
+SESSION_FILES = ("stage_seconds.json", "sweep_session.log")  # beside the parts, not in one
+SUITE_FILES = ("gpu_suite.json", "gpu_junit.xml", "gpu_tests.log", "bf16_match_rate.json")
+K_FILES = ("bench.json", "bench.csv", "bench.log")
+NOTEBOOK = "notebooks/05_live_throughput.ipynb"
+# the tests that read docs/results/h200's bench files, and notebook 5, which reads both (step 5)
+SWEEP_TESTS = ("tests/test_lab_kmodel.py", "tests/test_figures.py", "tests/test_bench_report.py",
+               "tests/test_lab_paper.py", "tests/test_lab_mechanics.py", "tests/test_train_walkthrough.py")
+PROSE = ("README.md", "docs/concepts.md", "docs/paper.md", "docs/results/README.md", "docs/workshop.md", NOTEBOOK)
+
+
+class LandError(Exception):
+    """The fetched files cannot be landed as they are; the message says which and why."""
+
+
+def unpack(fetched: Path, work: Path) -> dict[str, Path]:
+    """Each part's folder: ``fetched/NAME/`` as it is, or ``fetched/NAME.tgz`` unpacked into ``work``."""
+    found = {}
+    for name in PARTS:
+        if (fetched / name).is_dir():
+            found[name] = fetched / name
+        elif (fetched / f"{name}.tgz").is_file():
+            with tarfile.open(fetched / f"{name}.tgz") as tar:
+                tar.extractall(work, filter="data")
+            found[name] = work / name
+            if not found[name].is_dir():
+                raise LandError(f"{fetched / f'{name}.tgz'} holds no folder {name}/")
+        else:
+            raise LandError(f"{fetched}: neither {name}/ nor {name}.tgz (expected the three parts {', '.join(PARTS)})")
+    return found
+
+
+def _run_info(path: Path) -> dict:
+    """The provenance of a result file (a bench document's ``run_info``, or the suite summary itself)."""
+    if not path.is_file():
+        raise LandError(f"{path} is missing")
+    try:
+        doc = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise LandError(f"{path} is not JSON ({e}): a truncated fetch?") from e
+    return doc.get("run_info", doc)
+
+
+def check(parts: dict[str, Path], any_device: bool = False) -> str:
+    """Raise LandError unless the three parts belong together and are fit to ship; return their commit."""
+    from peagle_lab.bench.schema import validate_result
+    from peagle_lab.heads import bundled_head_dir
+    from peagle_lab.heads.io import head_digest
+
+    commits = {name: _run_info(parts[name] / ("gpu_suite.json" if name == "gpu_suite" else "bench.json"))
+               .get("commit") for name in PARTS}
+    if len(set(commits.values())) != 1 or None in commits.values():
+        raise LandError(f"the parts come from different commits: {commits}")
+    for name in ("sweep", "k_scaling"):
+        doc = json.loads((parts[name] / "bench.json").read_text())
+        try:
+            validate_result(doc)
+        except ValueError as e:
+            raise LandError(f"{parts[name] / 'bench.json'}: {e}") from e
+        device = doc["run_info"].get("device", "?")
+        if not any_device and "H200" not in device:
+            raise LandError(f"{name} ran on {device!r}, not an H200 (--any-device lands it anyway, for a rehearsal)")
+        digests = doc.get("config", {}).get("head_digests") or {}
+        for method in ("eagle3", "peagle"):
+            shipped = bundled_head_dir(method)
+            if shipped is not None and digests.get(method) != head_digest(shipped):
+                raise LandError(f"{name} measured a {method} head with digest {digests.get(method)!r}, not the "
+                                f"shipped heads/{method} ({head_digest(shipped)}): land it by hand if that is meant")
+    _check_k_fits(json.loads((parts["k_scaling"] / "bench.json").read_text()))
+    suite = _run_info(parts["gpu_suite"] / "gpu_suite.json")
+    if suite.get("exit_code") != 0 or suite.get("failures") or suite.get("errors"):
+        raise LandError(f"the GPU suite did not pass: exit {suite.get('exit_code')}, {suite.get('failures')} failed, "
+                        f"{suite.get('errors')} errors (see its gpu_tests.log)")
+    if not any_device and not suite.get("passed"):
+        raise LandError(f"the GPU suite ran no test ({suite.get('skipped')} skipped): no CUDA where it ran?")
+    return next(iter(commits.values()))
+
+
+def _check_k_fits(k_sweep: dict) -> None:
+    """Notebook 5 fits its K model at c = 1 and 64 on chat and code: each fit needs two K values per method."""
+    import statistics
+
+    from peagle_lab.lab.kmodel import fit_k_model
+
+    for workload in ("chat", "code"):
+        for c in (1, 64):
+            try:
+                fit_k_model(k_sweep, workload, c)
+            except (ValueError, statistics.StatisticsError) as e:
+                skipped = len(k_sweep.get("skipped") or [])
+                raise LandError(f"the K sweep cannot be fitted at {workload}, c = {c} ({e}; {skipped} cells were "
+                                "skipped): notebook 5 would fail on it") from e
+
+
+def _archive_name(result: Path) -> str:
+    info = _run_info(result)
+    return f"{info.get('date', '????-??-??')[:10]}-{(info.get('commit') or 'unknown')[:7]}"
+
+
+def archive(results: Path) -> list[tuple[Path, Path]]:
+    """Move the sweep and the K sweep in place into dated folders named after their own run; return the moves."""
+    plan = []
+    for folder, archive_root, names in ((results, results / "sweeps", SWEEP_FILES + SUITE_FILES + SESSION_FILES),
+                                        (results / "k_scaling", results / "k_scaling", K_FILES)):
+        dest = archive_root / _archive_name(folder / "bench.json")
+        if dest.exists():
+            raise LandError(f"{dest} exists already: was this sweep archived before? (nothing was moved)")
+        plan += [(folder / n, dest / n) for n in names if (folder / n).is_file()]
+    for src, dst in plan:
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(src, dst)
+    return plan
+
+
+def place(parts: dict[str, Path], fetched: Path, results: Path) -> list[Path]:
+    """Copy the new files into ``results`` (the sweep's, the suite's, the session's) and ``results/k_scaling``."""
+    placed = []
+    for src_dir, names, dest in ((parts["sweep"], SWEEP_FILES, results), (parts["gpu_suite"], SUITE_FILES, results),
+                                 (fetched, SESSION_FILES, results), (parts["k_scaling"], K_FILES, results / "k_scaling")):
+        placed += [Path(shutil.copy2(src_dir / n, dest / n)) for n in names if (src_dir / n).is_file()]
+    return placed
+
+
+def _run_with_retry(cmd: list[str], cwd: Path, env: dict, limit_s: float = 300) -> subprocess.CompletedProcess:
+    """Run ``cmd``, once more if it outlives ``limit_s``. Twice on 2026-12-04 (two cores) nbconvert sat for 10 and
+    20 minutes waiting on an idle kernel of notebook 5, where five other runs of the same step took 26-30 s."""
+    for attempt in (1, 2):
+        try:
+            return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=limit_s)
+        except subprocess.TimeoutExpired:
+            print(f"[ran past {limit_s:.0f} s{', again' if attempt == 2 else '; once more'}]", end=" ", flush=True)
+    raise LandError(f"{' '.join(cmd)} ran past {limit_s:.0f} s twice; the files are in place: rerun with "
+                    "--regenerate-only")
+
+
+def regenerate(root: Path, notebook: bool = True) -> None:
+    """Rebuild every page and figure that reads the two bench files, in ``root``."""
+    py = sys.executable
+    steps = [[py, "-m", "peagle_lab.bench.report", "docs/results/h200/bench.json"],
+             [py, "-m", "peagle_lab.bench.report", "docs/results/h200/k_scaling/bench.json", "--readme", "README.md"],
+             [py, "-m", "peagle_lab.lab.paper", "docs/paper.md"]]
+    if notebook:
+        steps += [[py, "-m", "jupyter", "nbconvert", "--to", "notebook", "--execute", "--inplace",
+                   "--ExecutePreprocessor.timeout=240", NOTEBOOK],
+                  [py, "scripts/dev/notebook_pngs.py", "--force", NOTEBOOK]]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}  # as CI's notebook stage runs
+    for cmd in steps:
+        print("$", " ".join(cmd[1:] if cmd[0] == py else cmd), end=" ", flush=True)
+        t = time.monotonic()
+        done = _run_with_retry(cmd, root, env)
+        print(f"({time.monotonic() - t:.0f} s)", flush=True)
+        if done.returncode:
+            raise LandError(f"{' '.join(cmd)} failed (exit {done.returncode}); the files are in place, so fix it and "
+                            "rerun with --regenerate-only (or undo all with git checkout and git clean on docs/, "
+                            f"README.md and notebooks/):\n{done.stderr[-2000:]}")
+
+
+def check_tests(root: Path) -> list[str]:
+    """Step 5: the tests and the notebook that read the sweeps, on the files now in place; the ids that failed."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    failed = []
+    for args in ([*SWEEP_TESTS], ["--nbval-lax", NOTEBOOK]):
+        cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rf", *args]
+        print("$", " ".join(cmd[1:]), end=" ", flush=True)
+        t = time.monotonic()
+        done = _run_with_retry(cmd, root, env, limit_s=900)
+        print(f"({time.monotonic() - t:.0f} s, exit {done.returncode})", flush=True)
+        failed += [line[len("FAILED "):] for line in done.stdout.splitlines() if line.startswith("FAILED ")]
+        if done.returncode not in (0, 1):  # 1: tests failed (listed); anything else: pytest could not run them
+            failed.append(f"pytest {' '.join(args)} exited {done.returncode}: {done.stdout[-500:]}{done.stderr[-500:]}")
+    return failed
+
+
+def stale_prose(root: Path, commits: list[str]) -> list[str]:
+    """``file:line: text`` for each line of the user-facing pages that names one of ``commits`` (short forms)."""
+    pattern = re.compile("|".join(re.escape(c[:7]) for c in commits))
+    hits = []
+    for rel in PROSE:
+        path = root / rel
+        if path.is_file():
+            hits += [f"{rel}:{i}: {line.strip()[:140]}" for i, line in enumerate(path.read_text().splitlines(), 1)
+                     if pattern.search(line)]
+    return hits
+
+
+def land(fetched: Path, root: Path, any_device: bool = False, notebook: bool = True) -> list[str]:
+    """Steps 1-4 into ``root``; return the old sweeps' commits (step 5 greps the prose for them)."""
+    results = root / "docs" / "results" / "h200"
+    old = [_run_info(results / "bench.json").get("commit", ""),
+           _run_info(results / "k_scaling" / "bench.json").get("commit", "")]
+    with tempfile.TemporaryDirectory() as work:
+        parts = unpack(fetched, Path(work))
+        commit = check(parts, any_device)
+        if commit in old:
+            raise LandError(f"commit {commit[:7]} is in place already (nothing was moved)")
+        moved = archive(results)
+        placed = place(parts, fetched, results)
+    print(f"archived {len(moved)} files: {sorted({str(d.parent.relative_to(root)) for _, d in moved})}")
+    print(f"placed {len(placed)} files from commit {commit[:7]}")
+    regenerate(root, notebook)
+    return old
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("fetched", type=Path, nargs="?", help="the folder with sweep(.tgz), k_scaling(.tgz), gpu_suite(.tgz)")
+    p.add_argument("--root", type=Path, default=REPO, help="the repository to land into (default: this one)")
+    p.add_argument("--any-device", action="store_true", help="land results from any device (a CPU rehearsal)")
+    p.add_argument("--no-notebook", action="store_true", help="leave notebook 5 alone (it takes a minute or two)")
+    p.add_argument("--no-checks", action="store_true", help="skip step 5 (the tests that read the sweeps, ~1 min)")
+    p.add_argument("--regenerate-only", action="store_true",
+                   help="only steps 4 and 5, on the files in place (after a regeneration step failed and was fixed)")
+    args = p.parse_args(argv)
+    if args.fetched is None and not args.regenerate_only:
+        p.error("FETCHED is needed (or --regenerate-only)")
+    try:
+        if args.regenerate_only:
+            regenerate(args.root, notebook=not args.no_notebook)
+        else:
+            old = land(args.fetched, args.root, args.any_device, notebook=not args.no_notebook)
+    except LandError as e:
+        print(f"land_sweep: {e}", file=sys.stderr)
+        return 2
+    failed = [] if args.no_checks else check_tests(args.root)
+    if not args.regenerate_only:
+        stale = stale_prose(args.root, old)
+        print(f"prose that still names the old sweeps ({', '.join(c[:7] for c in old)}): {len(stale)} lines")
+        print("\n".join(stale))
+    if failed:
+        print(f"landed, but {len(failed)} checks on the new sweep fail (findings about it, or tests to update):",
+              *failed, sep="\n  ")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

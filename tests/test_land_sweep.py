@@ -1,0 +1,184 @@
+"""scripts/dev/land_sweep.py: the benchmark session's files land in docs/results/h200 only when they fit."""
+from __future__ import annotations
+
+import json
+import shutil
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from peagle_lab.testing import script_module
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "docs" / "results" / "h200"
+NEW = "f" * 40  # the commit of the pretend session
+
+
+@pytest.fixture(scope="module")
+def land_sweep():
+    return script_module("dev/land_sweep.py")
+
+
+@pytest.fixture(scope="module")
+def shipped_digests():
+    from peagle_lab.heads import bundled_head_dir
+    from peagle_lab.heads.io import head_digest
+
+    return {m: head_digest(bundled_head_dir(m)) for m in ("eagle3", "peagle")}
+
+
+def _fetched(tmp_path: Path, digests: dict, commit: str = NEW, device: str = "NVIDIA H200", failures: int = 0,
+             suite_commit: str | None = None) -> Path:
+    """What h200_wait.sh brings back from a benchmark session: three FOLDER.tgz, the stage seconds, the log."""
+    parts, fetched = tmp_path / "parts", tmp_path / "fetched"
+    fetched.mkdir(parents=True)
+    for name, src in (("sweep", RESULTS / "bench.json"), ("k_scaling", RESULTS / "k_scaling" / "bench.json")):
+        doc = json.loads(src.read_text())
+        doc["run_info"].update(commit=commit, device=device, date="2026-12-09T10:00:00+00:00")
+        doc["config"]["head_digests"] = digests
+        for row in doc["rows"]:  # a faster engine, so that tables built from it differ from those in place
+            row["tps"] *= 1.5
+        (parts / name).mkdir(parents=True)
+        (parts / name / "bench.json").write_text(json.dumps(doc))
+        (parts / name / "bench.csv").write_text(f"{name} csv\n")
+        (parts / name / "bench.log").write_text(f"{name} log\n")
+    suite = {"device": device, "commit": suite_commit or commit, "date": "2026-12-09T10:20:00+00:00",
+             "exit_code": 1 if failures else 0, "tests": 92, "failures": failures, "errors": 0, "skipped": 0,
+             "passed": 92 - failures}
+    (parts / "gpu_suite").mkdir()
+    (parts / "gpu_suite" / "gpu_suite.json").write_text(json.dumps(suite))
+    for n in ("gpu_junit.xml", "gpu_tests.log", "bf16_match_rate.json"):
+        (parts / "gpu_suite" / n).write_text(f"new {n}\n")
+    for name in ("sweep", "k_scaling", "gpu_suite"):
+        with tarfile.open(fetched / f"{name}.tgz", "w:gz") as tar:
+            tar.add(parts / name, arcname=name)
+    (fetched / "stage_seconds.json").write_text('{"sweep": 600, "k_scaling": 160, "suite": 450}')
+    (fetched / "sweep_session.log").write_text("### done\n")
+    return fetched
+
+
+def _root(tmp_path: Path) -> Path:
+    """A repository's files that landing reads and writes: the results in place, the README and paper.md."""
+    root = tmp_path / "repo"
+    (root / "docs" / "results" / "h200" / "k_scaling").mkdir(parents=True)
+    for rel in ("bench.json", "bench.csv", "bench.log", "report.html", "gpu_suite.json", "gpu_junit.xml",
+                "gpu_tests.log", "bf16_match_rate.json", "k_scaling/bench.json", "k_scaling/bench.csv",
+                "k_scaling/bench.log"):
+        shutil.copy2(RESULTS / rel, root / "docs" / "results" / "h200" / rel)
+    for rel in ("README.md", "docs/paper.md"):
+        shutil.copy2(REPO / rel, root / rel)
+    return root
+
+
+def _block(text: str, name: str) -> str:
+    """The generated part of a page, between its BEGIN and END markers."""
+    return text[text.index(f"<!-- BEGIN {name}"):text.index(f"<!-- END {name}")]
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_a_session_lands_archiving_the_sweeps_in_place_under_their_own_dates_and_commits(tmp_path, land_sweep,
+                                                                                          shipped_digests):
+    fetched, root = _fetched(tmp_path, shipped_digests), _root(tmp_path)
+    results = root / "docs" / "results" / "h200"
+    old_sweep, old_k = (results / "bench.json").read_bytes(), (results / "k_scaling" / "bench.json").read_bytes()
+    old = land_sweep.land(fetched, root, notebook=False)
+    assert [c[:7] for c in old] == ["d0f394e", "6249d56"]
+    # the old files, each under the date and commit its own run_info names
+    assert (results / "sweeps" / "2026-12-03-d0f394e" / "bench.json").read_bytes() == old_sweep
+    assert (results / "sweeps" / "2026-12-03-d0f394e" / "gpu_suite.json").is_file()
+    assert (results / "k_scaling" / "2026-12-04-6249d56" / "bench.json").read_bytes() == old_k
+    # the new ones in place, the session's record beside them
+    assert json.loads((results / "bench.json").read_text())["run_info"]["commit"] == NEW
+    assert (results / "k_scaling" / "bench.csv").read_text() == "k_scaling csv\n"
+    assert json.loads((results / "gpu_suite.json").read_text())["commit"] == NEW
+    assert (results / "bf16_match_rate.json").read_text() == "new bf16_match_rate.json\n"
+    assert json.loads((results / "stage_seconds.json").read_text())["suite"] == 450
+    # regenerated from them: the HTML report, and paper.md names the new commit and the shipped heads
+    assert (results / "report.html").stat().st_mtime > (results / "sweeps" / "2026-12-03-d0f394e" / "bench.json").stat().st_mtime
+    paper = (root / "docs" / "paper.md").read_text()
+    table = _block(paper, "paper-vs-lab")
+    assert "commit fffffff" in table and "the shipped heads/peagle" in table and "6249d56" not in table
+    headline = [_block((r / "README.md").read_text(), "headline") for r in (REPO, root)]
+    assert headline[0] != headline[1] and "| chat | 1 |" in headline[1]
+    # the README's prose still names the old sweep: listed for the author, not rewritten
+    assert any(line.startswith("README.md:") and "6249d56" in line for line in land_sweep.stale_prose(root, old))
+
+
+@pytest.mark.parametrize("change, expected", [
+    (dict(suite_commit="e" * 40), "different commits"),
+    (dict(device="CPU (x86_64, 2 cores)"), "not an H200"),
+    (dict(failures=2), "GPU suite did not pass"),
+    (dict(digests={"eagle3": "0" * 16, "peagle": "1" * 16}), "not the shipped heads/eagle3"),
+    (dict(commit="d0f394eaa57a0278355f2d29adfbb74d236babb8"), "in place already"),
+])
+def test_a_session_that_does_not_fit_is_refused_before_anything_moves(tmp_path, land_sweep, shipped_digests,
+                                                                       change, expected):
+    change = {"digests": shipped_digests, **change}
+    fetched, root = _fetched(tmp_path, **change), _root(tmp_path)
+    before = _tree(root)
+    with pytest.raises(land_sweep.LandError, match=expected):
+        land_sweep.land(fetched, root, notebook=False)
+    assert _tree(root) == before
+
+
+def test_missing_or_truncated_parts_are_named(tmp_path, land_sweep, shipped_digests):
+    fetched, root = _fetched(tmp_path, shipped_digests), _root(tmp_path)
+    (fetched / "gpu_suite.tgz").unlink()
+    with pytest.raises(land_sweep.LandError, match="neither gpu_suite/ nor gpu_suite.tgz"):
+        land_sweep.land(fetched, root, notebook=False)
+    shutil.copytree(tmp_path / "parts" / "gpu_suite", fetched / "gpu_suite")  # an unpacked folder is taken as it is
+    (fetched / "gpu_suite" / "gpu_suite.json").write_text('{"commit": "fff')
+    with pytest.raises(land_sweep.LandError, match="not JSON .* truncated fetch"):
+        land_sweep.land(fetched, root, notebook=False)
+
+
+def test_an_archive_folder_that_exists_stops_the_landing_with_nothing_moved(tmp_path, land_sweep, shipped_digests):
+    fetched, root = _fetched(tmp_path, shipped_digests), _root(tmp_path)
+    (root / "docs" / "results" / "h200" / "k_scaling" / "2026-12-04-6249d56").mkdir()
+    before = _tree(root)
+    with pytest.raises(land_sweep.LandError, match="exists already"):
+        land_sweep.land(fetched, root, notebook=False)
+    assert _tree(root) == before
+
+
+def test_a_k_sweep_that_notebook_5_cannot_fit_is_refused_with_the_cell_it_lacks(tmp_path, land_sweep,
+                                                                                 shipped_digests):
+    fetched, root = _fetched(tmp_path, shipped_digests), _root(tmp_path)
+    doc = json.loads((tmp_path / "parts" / "k_scaling" / "bench.json").read_text())
+    doc["rows"] = [r for r in doc["rows"] if not (r["workload"] == "code" and r["concurrency"] == 64
+                                                  and r["method"] == "peagle" and r["k"] != 3)]
+    (tmp_path / "parts" / "k_scaling" / "bench.json").write_text(json.dumps(doc))
+    with tarfile.open(fetched / "k_scaling.tgz", "w:gz") as tar:
+        tar.add(tmp_path / "parts" / "k_scaling", arcname="k_scaling")
+    with pytest.raises(land_sweep.LandError, match="cannot be fitted at code, c = 64"):
+        land_sweep.land(fetched, root, notebook=False)
+
+
+def test_a_bench_file_off_the_schema_is_refused_with_the_field_named(tmp_path, land_sweep, shipped_digests):
+    fetched, root = _fetched(tmp_path, shipped_digests), _root(tmp_path)
+    doc = json.loads((tmp_path / "parts" / "sweep" / "bench.json").read_text())
+    del doc["config"]
+    (tmp_path / "parts" / "sweep" / "bench.json").write_text(json.dumps(doc))
+    shutil.move(tmp_path / "parts" / "sweep", fetched / "sweep")  # an unpacked folder is taken before sweep.tgz
+    with pytest.raises(land_sweep.LandError, match="sweep/bench.json: config"):
+        land_sweep.land(fetched, root, notebook=False)
+
+
+def test_the_checks_after_landing_name_each_failed_test_and_notebook_cell(tmp_path, land_sweep, monkeypatch):
+    root = tmp_path / "repo"
+    (root / "tests").mkdir(parents=True)
+    (root / "tests" / "test_reads_sweep.py").write_text("def test_holds():\n    assert True\n\n\n"
+                                                        "def test_peak_moved():\n    assert 4 >= 6\n")
+    (root / "notebooks").mkdir()
+    cell = {"cell_type": "code", "execution_count": 1, "metadata": {}, "source": ["1 / 0"], "outputs": []}
+    (root / land_sweep.NOTEBOOK).write_text(json.dumps({"cells": [cell], "metadata": {}, "nbformat": 4,
+                                                        "nbformat_minor": 5}))
+    monkeypatch.setattr(land_sweep, "SWEEP_TESTS", ("tests/test_reads_sweep.py",))
+    failed = land_sweep.check_tests(root)
+    assert len(failed) == 2, failed
+    assert failed[0].startswith("tests/test_reads_sweep.py::test_peak_moved")
+    assert failed[1].startswith(land_sweep.NOTEBOOK)
