@@ -73,7 +73,6 @@ def token_example(input_ids: list[int], assistant_start: int) -> SimpleNamespace
     return SimpleNamespace(input_ids=input_ids, assistant_start=assistant_start)
 
 
-
 def script_module(path: str) -> ModuleType:
     """A script of the repository's ``scripts/`` folder (no package's module) imported by its path, for tests.
 

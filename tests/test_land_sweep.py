@@ -51,11 +51,16 @@ def _fetched(tmp_path: Path, digests: dict, commit: str = NEW, device: str = "NV
     for n in ("gpu_junit.xml", "gpu_tests.log", "bf16_match_rate.json"):
         (parts / "gpu_suite" / n).write_text(f"new {n}\n")
     for name in ("sweep", "k_scaling", "gpu_suite"):
-        with tarfile.open(fetched / f"{name}.tgz", "w:gz") as tar:
-            tar.add(parts / name, arcname=name)
+        _pack(parts / name, fetched)
     (fetched / "stage_seconds.json").write_text('{"sweep": 600, "k_scaling": 160, "suite": 450}')
     (fetched / "sweep_session.log").write_text("### done\n")
     return fetched
+
+
+def _pack(folder: Path, fetched: Path) -> None:
+    """``folder`` as ``fetched/NAME.tgz``, the way h200_wait.sh brings a folder back."""
+    with tarfile.open(fetched / f"{folder.name}.tgz", "w:gz") as tar:
+        tar.add(folder, arcname=folder.name)
 
 
 def _root(tmp_path: Path) -> Path:
@@ -152,8 +157,7 @@ def test_a_k_sweep_that_notebook_5_cannot_fit_is_refused_with_the_cell_it_lacks(
     doc["rows"] = [r for r in doc["rows"] if not (r["workload"] == "code" and r["concurrency"] == 64
                                                   and r["method"] == "peagle" and r["k"] != 3)]
     (tmp_path / "parts" / "k_scaling" / "bench.json").write_text(json.dumps(doc))
-    with tarfile.open(fetched / "k_scaling.tgz", "w:gz") as tar:
-        tar.add(tmp_path / "parts" / "k_scaling", arcname="k_scaling")
+    _pack(tmp_path / "parts" / "k_scaling", fetched)
     with pytest.raises(land_sweep.LandError, match="cannot be fitted at code, c = 64"):
         land_sweep.land(fetched, root, notebook=False)
 

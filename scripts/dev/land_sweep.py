@@ -70,14 +70,18 @@ def unpack(fetched: Path, work: Path) -> dict[str, Path]:
     return found
 
 
-def _run_info(path: Path) -> dict:
-    """The provenance of a result file (a bench document's ``run_info``, or the suite summary itself)."""
+def _load(path: Path) -> dict:
+    """A result file's JSON document; LandError when it is missing or cut short."""
     if not path.is_file():
         raise LandError(f"{path} is missing")
     try:
-        doc = json.loads(path.read_text())
+        return json.loads(path.read_text())
     except json.JSONDecodeError as e:
         raise LandError(f"{path} is not JSON ({e}): a truncated fetch?") from e
+
+
+def _run_info(doc: dict) -> dict:
+    """The provenance of a result document (a bench document's ``run_info``, or the suite summary itself)."""
     return doc.get("run_info", doc)
 
 
@@ -87,12 +91,13 @@ def check(parts: dict[str, Path], any_device: bool = False) -> str:
     from peagle_lab.heads import bundled_head_dir
     from peagle_lab.heads.io import head_digest
 
-    commits = {name: _run_info(parts[name] / ("gpu_suite.json" if name == "gpu_suite" else "bench.json"))
-               .get("commit") for name in PARTS}
+    docs = {name: _load(parts[name] / ("gpu_suite.json" if name == "gpu_suite" else "bench.json")) for name in PARTS}
+    commits = {name: _run_info(doc).get("commit") for name, doc in docs.items()}
     if len(set(commits.values())) != 1 or None in commits.values():
         raise LandError(f"the parts come from different commits: {commits}")
+    shipped = {m: head_digest(d) for m in ("eagle3", "peagle") if (d := bundled_head_dir(m)) is not None}
     for name in ("sweep", "k_scaling"):
-        doc = json.loads((parts[name] / "bench.json").read_text())
+        doc = docs[name]
         try:
             validate_result(doc)
         except ValueError as e:
@@ -101,13 +106,12 @@ def check(parts: dict[str, Path], any_device: bool = False) -> str:
         if not any_device and "H200" not in device:
             raise LandError(f"{name} ran on {device!r}, not an H200 (--any-device lands it anyway, for a rehearsal)")
         digests = doc.get("config", {}).get("head_digests") or {}
-        for method in ("eagle3", "peagle"):
-            shipped = bundled_head_dir(method)
-            if shipped is not None and digests.get(method) != head_digest(shipped):
+        for method, digest in shipped.items():
+            if digests.get(method) != digest:
                 raise LandError(f"{name} measured a {method} head with digest {digests.get(method)!r}, not the "
-                                f"shipped heads/{method} ({head_digest(shipped)}): land it by hand if that is meant")
-    _check_k_fits(json.loads((parts["k_scaling"] / "bench.json").read_text()))
-    suite = _run_info(parts["gpu_suite"] / "gpu_suite.json")
+                                f"shipped heads/{method} ({digest}): land it by hand if that is meant")
+    _check_k_fits(docs["k_scaling"])
+    suite = docs["gpu_suite"]
     if suite.get("exit_code") != 0 or suite.get("failures") or suite.get("errors"):
         raise LandError(f"the GPU suite did not pass: exit {suite.get('exit_code')}, {suite.get('failures')} failed, "
                         f"{suite.get('errors')} errors (see its gpu_tests.log)")
@@ -133,7 +137,7 @@ def _check_k_fits(k_sweep: dict) -> None:
 
 
 def _archive_name(result: Path) -> str:
-    info = _run_info(result)
+    info = _run_info(_load(result))
     return f"{info.get('date', '????-??-??')[:10]}-{(info.get('commit') or 'unknown')[:7]}"
 
 
@@ -224,10 +228,10 @@ def stale_prose(root: Path, commits: list[str]) -> list[str]:
 
 
 def land(fetched: Path, root: Path, any_device: bool = False, notebook: bool = True) -> list[str]:
-    """Steps 1-4 into ``root``; return the old sweeps' commits (step 5 greps the prose for them)."""
+    """Steps 1-4 into ``root``; return the old sweeps' commits (step 6 greps the prose for them)."""
     results = root / "docs" / "results" / "h200"
-    old = [_run_info(results / "bench.json").get("commit", ""),
-           _run_info(results / "k_scaling" / "bench.json").get("commit", "")]
+    old = [_run_info(_load(results / "bench.json")).get("commit", ""),
+           _run_info(_load(results / "k_scaling" / "bench.json")).get("commit", "")]
     with tempfile.TemporaryDirectory() as work:
         parts = unpack(fetched, Path(work))
         commit = check(parts, any_device)
