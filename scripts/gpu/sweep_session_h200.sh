@@ -16,7 +16,7 @@
 # Knobs (environment): PYTHON, SWEEP_BUDGET_S (780), K_BUDGET_S (200), SKIP (stage names to leave out, e.g.
 # "suite"), BENCH_FLAGS (more bench flags for both bench stages, given last so they win). A rehearsal on a CPU
 # before spending device time, with the cells notebook 5 fits its model to (K 3 and 7 at c 1 and 64, chat and
-# code: 20 cells a stage; on two cores 331 s and 548 s, about 15 minutes in all; the suite's tests skip without CUDA):
+# code: 20 cells a stage, about 15 minutes on two cores, docs/scripts.md step 6; the suite's tests skip without CUDA):
 #   OUT=/tmp/rehearsal PYTHON=.venv/bin/python SWEEP_BUDGET_S=600 K_BUDGET_S=600 BENCH_FLAGS="--device cpu
 #   --dtype float32 -k 3 7 --extra-k -c 1 64 --workloads chat code --max-new-tokens 4 --min-prompts 1
 #   --no-reference" bash scripts/gpu/sweep_session_h200.sh
