@@ -2,8 +2,8 @@
 
 ``SpecDecoder.generate`` decodes a fixed batch: a request that ends early keeps its row until
 the longest one ends, and the host reads the new tokens after every step. Generating training
-data that way (chunks of 1024 prompts, up to 320 tokens each) kept the rows busy for about
-69 % of the steps (the H200 session of 2026-12-01: 222 tokens per response on average). This
+data that way (chunks of 1024 prompts, up to 320 tokens each) leaves many rows idle, since
+responses vary widely in length (``docs/results/history.md`` has the measurement). This
 decoder keeps ``concurrency`` rows busy instead, and keeps the loop on the device:
 
 ```

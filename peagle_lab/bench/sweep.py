@@ -52,7 +52,7 @@ class SweepConfig:
     min_prompts: int = 4  # a cell decodes c·⌈min_prompts/c⌉ prompts, in batches of c
     # timed passes over a cell's batches after its warm-up: the row is the pass of median TPS, and with
     # more than one, extra["tps_runs"] lists every pass's TPS (a c = 64 cell is one batch, whose one
-    # prefill swung 17-37 ms between cells on the H200 in the 28th session)
+    # prefill can swing by a factor of two between cells on the H200)
     repeats: int = 1
     # > 0: cells at c > 1 batch continuously (SpecDecoder.generate(..., concurrency=c)) over
     # max(min_prompts, continuous·c) requests, the workload's prompts taken in turn (repeated when it

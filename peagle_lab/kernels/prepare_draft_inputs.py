@@ -143,7 +143,8 @@ def prepare_draft_inputs_ref(
     Raises:
         ValueError: on a wrong shape, dtype, device mix, or scalar out of range.
 
-    Example (the worked example of DESIGN.md, K=3, T=4, mask id 99):
+    Example (K=3, T=4, mask id 99; request 0 keeps 2 drafts, request 1 keeps all 3; notebook 2 and
+    docs/concepts.md draw this batch):
 
     >>> d = prepare_draft_inputs_ref(
     ...     torch.tensor([[10, 11, 12, 13], [20, 21, 22, 23]]),

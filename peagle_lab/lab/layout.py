@@ -129,7 +129,7 @@ def toy_decode_batch(accepted: list[int], k: int) -> DecodeBatch:
     """A readable decode batch: request b has tokens 10(b+1)+i at positions 5(b+1)+i.
 
     The bonus token of request b is 100(b+1). ``toy_decode_batch([2, 3], k=3)`` is the
-    worked example of DESIGN.md.
+    worked example of ``prepare_draft_inputs`` and notebook 2.
 
     Raises:
         ValueError: ``k < 1``, no requests, or an accepted count outside [0, k].

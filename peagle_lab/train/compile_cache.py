@@ -1,16 +1,15 @@
 """Carry torch.compile's work from one machine to the next.
 
 A fresh GPU machine starts with empty inductor caches, so the first training step compiles
-everything again: 84 s (EAGLE-3) and 124 s (P-EAGLE) of 300 s budgets in the eighth H200
-session. ``torch.compiler.save_cache_artifacts`` packs what this process compiled (inductor
+everything again, which can take a large share of a short time budget (each run's
+``summary.json`` records ``first_step_s``). ``torch.compiler.save_cache_artifacts`` packs what this process compiled (inductor
 graphs, AOTAutograd entries, Triton kernels) into one blob; loading it before compiling on a
 machine with the same torch, Triton and GPU turns those compiles into cache hits. A blob
 that does not match (another torch, another GPU, changed code) costs nothing: its entries
 miss and compilation runs as before.
 
-The file is the blob gzip-compressed: the ninth session's raw blobs were 72 MB (P-EAGLE, 4
-layers) and 190 MB (EAGLE-3), mostly GPU binaries that gzip shrinks about six times, which
-is what lets them travel between machines.
+The file is the blob gzip-compressed: a raw blob is tens to hundreds of MB, mostly GPU
+binaries that gzip shrinks several times, which is what lets it travel between machines.
 """
 from __future__ import annotations
 

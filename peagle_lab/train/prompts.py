@@ -59,7 +59,7 @@ MAGPIE_DOMAINS = (
                 "language.", 1),
     ("everyday", "You are a practical assistant for everyday life: cooking, travel, health, money, home and "
                  "planning.", 1),
-    # added for the ninth training session: on the chat workload the shipped P-EAGLE head accepts least on
+    # on the chat workload the shipped P-EAGLE head accepts least on
     # explanatory prose about history, society and technology (AL at K = 8: humanities 2.08, STEM 2.28, the
     # other six categories 2.66-3.55; scripts/bench/workload_categories.py, docs/training.md), topics the
     # domains above barely steer users towards
