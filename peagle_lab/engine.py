@@ -15,8 +15,8 @@ Plain decoding (``method="baseline"``) is the same loop with K = 0, so all three
 share the target code path, the KV-cache layout and the CUDA-graph treatment. With no drafter
 to hide the host's read behind, plain decoding queues step n + 1 before it reads step n (the
 next token never leaves the device); a request that finished at step n is decoded once more
-and that output ignored. On the H200 at c = 1 the waited-for loop spent 1.33 ms a step against
-a GPU-bound 1.07 ms (d3613bb K sweep: a T = 2 verify).
+and that output ignored. Waiting for each step's tokens instead would leave the GPU idle for
+the host's bookkeeping every step (docs/engine.md).
 
 Request ``b`` owns KV slots ``[b*max_len, (b+1)*max_len)`` in the target's and the drafter's
 cache; positions past a request's accepted length are simply overwritten by the next step,
@@ -31,8 +31,8 @@ request that finishes frees its row, and once about ``c / refill_divisor`` rows 
 default 4; or once none is busy)
 the next prompts are prefilled, and their first drafts made, in a scratch cache whose blocks
 are then copied into the free rows' blocks; the other rows keep their state. A static batch
-runs until its slowest request is done, and on the H200 a speculative batch of 64 kept only
-60-76 % of its row-steps busy (e464b5d K sweep, ``bench.analysis.rows_busy``).
+runs until its slowest request is done, so a speculative batch keeps only part of its row-steps
+busy (``bench.analysis.rows_busy`` measures the share; docs/engine.md).
 """
 from __future__ import annotations
 

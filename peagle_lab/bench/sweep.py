@@ -203,7 +203,7 @@ def measure_cell(engine: SpecDecoder, cell: Cell, prompts: list[Prompt],
     # (a short run), for every method: speculative methods capture a drafter graph per prefill length, and a
     # prompt shape's first eager prefill is slow for any method. Plain decoding once warmed only its first
     # batch, so at c = 1 its other prefills ran cold: 50-54 ms a request on the H200 against 22-25 ms for the
-    # warmed speculative cells (7202c8c K sweep).
+    # warmed speculative cells.
     continuous = cfg.batches_continuously(c)
     kw = {"eos_token_ids": eos, **({"concurrency": c} if continuous else {})}
     batches = [ids] if continuous else [ids[i: i + c] for i in range(0, len(ids), c)]

@@ -462,9 +462,9 @@ def multi_query_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mas
     ``SpecConfig.decode_attention="auto"`` on CUDA (the engine binds ``programs``, the GPU's SM count,
     so the compiled layers see a plain int; None reads it from q's device).
 
-    * T > 1: the kernel. Measured on the H200 (507773e, the K sweep and the long-prompt sweep each
-      beside SDPA): every speculative cell ran faster through it (by 2-22 % at c = 1 and 2-57 % at
-      c = 64; P-EAGLE's verify part on 2k-7k-token prompts 1.3 against 4.1 ms at c = 1).
+    * T > 1: the kernel. Measured on the H200 (the K sweep and the long-prompt sweep each
+      beside SDPA, ``docs/results/h200/decode_attention/``): every speculative cell ran faster
+      through it, most of all on long prompts.
     * T = 1 while c·nkv ≤ ``programs``: the kernel, whose key splits give a few requests one program an
       SM. The call alone (``scripts/gpu/decode_attention_gpu.py --shapes``, H200,
       ``docs/results/h200/decode_attention/row_tiles.json``) read 6.9 against SDPA's 10.4 µs at c = 1

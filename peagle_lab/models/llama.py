@@ -183,7 +183,7 @@ class KVCache:
         captured through one view and replayed for later views of the same shape, so nothing the graph
         reads may belong to the view alone: a view that made its own ``arange`` freed it when the view
         was dropped, and the replayed graph then read whatever took that memory (an illegal memory access
-        in the data generator's greedy phase on the H200, at 27c3bc5).
+        on a GPU).
 
         Raises:
             ValueError: ``rows`` or ``max_len`` below 1, or ``rows * max_len + 1`` rows that do not fit in
