@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 from ..config import COMPILE_MODES, DEFAULT_SLIDING_WINDOW, parse_window
-from .cli import command_line, common_arguments, load_target, reports_errors
+from .cli_common import command_line, common_arguments, load_target, reports_errors
 
 DEFAULT_DRAFT_VOCAB = 8192  # a fresh head's draft vocabulary: 96 % of SmolLM2's training assistant tokens
 
