@@ -3,7 +3,7 @@
 Plain Magpie writes what the target likes to ask, and the domain system prompts only steer the
 topic: the requests come out in a narrow range of forms (mostly "Can you explain …" and "What
 is …"). On the chat workload the shipped heads draft worse than on held-out Magpie text of the
-same target confidence (``docs/training.md``, "Why the chat prompts are drafted worse"), which
+same target confidence (``docs/training.md``, "What limits the heads"), which
 points at coverage of request *kinds*. Here each sample's user turn is begun for the target
 with the first one to ``max_words`` words of a request from a pool we wrote by hand
 (``data/request_pool.jsonl``: writing, role-play, reasoning, math, coding, extraction, science,
