@@ -1,4 +1,5 @@
-"""The README's headline table (peagle_lab.bench.report.markdown_headline) and the block it is written into."""
+"""The results index's K-scaling headline table (peagle_lab.bench.report.markdown_headline) and the block it is
+written into."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -10,6 +11,7 @@ from peagle_lab.bench.schema import BenchResult, BenchRow, read_json
 
 ROOT = Path(__file__).resolve().parents[1]
 K_SWEEP = ROOT / "docs/results/h200/k_scaling/bench.json"
+INDEX = ROOT / "docs/results/README.md"
 
 
 def _row(method, k, c, tps, workload="chat", temperature=0.0, al=2.0):
@@ -17,9 +19,9 @@ def _row(method, k, c, tps, workload="chat", temperature=0.0, al=2.0):
                     1.0, 0.1, 0.2, 128, step_ms=0.96 if not k else 1.2)
 
 
-def test_the_readme_carries_the_table_of_the_committed_k_sweep():
-    """Stale? Run the command in the README's BEGIN marker and commit README.md."""
-    page = (ROOT / "README.md").read_text()
+def test_the_results_index_carries_the_table_of_the_committed_k_sweep():
+    """Stale? Run the command in the BEGIN marker of docs/results/README.md and commit that file."""
+    page = INDEX.read_text()
     assert replace_block(page, README_BEGIN, README_END, markdown_headline(read_json(K_SWEEP))) == page
 
 

@@ -64,14 +64,15 @@ def _pack(folder: Path, fetched: Path) -> None:
 
 
 def _root(tmp_path: Path) -> Path:
-    """A repository's files that landing reads and writes: the results in place, the README and paper.md."""
+    """A repository's files that landing reads and writes: the results in place, the README, the results index and
+    paper.md."""
     root = tmp_path / "repo"
-    (root / "docs" / "results" / "h200" / "k_scaling").mkdir(parents=True)
+    (root / "docs" / "results" / "h200" / "k_scaling" / "stop_at_eos").mkdir(parents=True)
     for rel in ("bench.json", "bench.csv", "bench.log", "report.html", "gpu_suite.json", "gpu_junit.xml",
                 "gpu_tests.log", "bf16_match_rate.json", "k_scaling/bench.json", "k_scaling/bench.csv",
-                "k_scaling/bench.log"):
+                "k_scaling/bench.log", "k_scaling/stop_at_eos/bench.json"):
         shutil.copy2(RESULTS / rel, root / "docs" / "results" / "h200" / rel)
-    for rel in ("README.md", "docs/paper.md"):
+    for rel in ("README.md", "docs/paper.md", "docs/results/README.md"):
         shutil.copy2(REPO / rel, root / rel)
     return root
 
@@ -107,10 +108,11 @@ def test_a_session_lands_archiving_the_sweeps_in_place_under_their_own_dates_and
     paper = (root / "docs" / "paper.md").read_text()
     table = _block(paper, "paper-vs-lab")
     assert "commit fffffff" in table and "the shipped heads/peagle" in table and "6249d56" not in table
-    headline = [_block((r / "README.md").read_text(), "headline") for r in (REPO, root)]
+    headline = [_block((r / "docs/results/README.md").read_text(), "headline") for r in (REPO, root)]
     assert headline[0] != headline[1] and "| chat | 1 |" in headline[1]
-    # the README's prose still names the old sweep: listed for the author, not rewritten
-    assert any(line.startswith("README.md:") and "6249d56" in line for line in land_sweep.stale_prose(root, old))
+    assert (root / "README.md").read_text() == (REPO / "README.md").read_text()  # its JSON did not change
+    # the results index still names the old sweep: listed for the author, not rewritten
+    assert any(line.startswith("docs/results/README.md:") and "6249d56" in line for line in land_sweep.stale_prose(root, old))
 
 
 @pytest.mark.parametrize("change, expected", [

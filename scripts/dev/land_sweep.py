@@ -11,8 +11,8 @@ before touching the tree if anything does not fit:
 2. archive the sweep in place (``bench.*``, ``report.html``, the suite's files) into ``sweeps/DATE-COMMIT/`` and
    the K sweep into ``k_scaling/DATE-COMMIT/``, named from their own ``run_info``;
 3. put the new files in place;
-4. regenerate what reads them: the HTML report, the README's K-scaling table, ``docs/paper.md``'s table, and
-   notebook 5 (executed in place, then its PNG copies); ``--no-notebook`` leaves the notebook alone;
+4. regenerate what reads them: the HTML report, the results index's K-scaling table, ``docs/paper.md``'s table,
+   the README's paper-beside-lab table (its JSON is ``lab.paper.README_SWEEP``), and notebook 5 (executed in place, then its PNG copies); ``--no-notebook`` leaves the notebook alone;
 5. run the tests that read the committed sweeps (the K model's fit against the measured peaks, the figures, the
    tables) and notebook 5 under nbval, on the new files; a failure there is a finding about the new sweep, to
    write up or fix, so the script says which failed and exits 1 with everything landed (``--no-checks`` skips it);
@@ -181,8 +181,10 @@ def regenerate(root: Path, notebook: bool = True) -> None:
     """Rebuild every page and figure that reads the two bench files, in ``root``."""
     py = sys.executable
     steps = [[py, "-m", "peagle_lab.bench.report", "docs/results/h200/bench.json"],
-             [py, "-m", "peagle_lab.bench.report", "docs/results/h200/k_scaling/bench.json", "--readme", "README.md"],
-             [py, "-m", "peagle_lab.lab.paper", "docs/paper.md"]]
+             [py, "-m", "peagle_lab.bench.report", "docs/results/h200/k_scaling/bench.json", "--readme",
+              "docs/results/README.md"],
+             [py, "-m", "peagle_lab.lab.paper", "docs/paper.md"],
+             [py, "-m", "peagle_lab.lab.paper", "--readme", "README.md"]]
     if notebook:
         steps += [[py, "-m", "jupyter", "nbconvert", "--to", "notebook", "--execute", "--inplace",
                    "--ExecutePreprocessor.timeout=240", NOTEBOOK],
