@@ -1,0 +1,434 @@
+"""The scale lab: what one decode step costs at the shapes of larger targets, measured in this engine.
+
+A speculative step is ``verify`` (the target over K + 1 tokens a request), ``prep`` (the draft
+batch) and ``draft`` (one drafter pass for P-EAGLE, K for EAGLE-3), plus the host's share. The
+SmolLM2 sweep measures them at one small shape; here the same :class:`~peagle_lab.engine.SpecDecoder`
+(CUDA graphs, compiled layers, the split-KV attention kernel) decodes with **random weights** at
+the shapes of the paper's targets, so the costs are this engine's costs, not a roofline's.
+
+Method (written into the JSON as ``method``):
+
+* Every cell is one engine: a warm-up ``generate`` (compiles, captures), then a measured one of
+  ``new_tokens`` steps; the medians of the step trace give verify / prep / draft, and
+  ``step_ms`` is decode time over steps. Random heads accept almost nothing, so every step
+  verifies K + 1 tokens and drafts K, as a trained head's step does; acceptance comes from
+  elsewhere (``peagle_lab.lab.predict``).
+* Large targets are measured at ``layers`` = (2, 4) decoder layers and the verify time is
+  scaled per layer to the full depth: ``verify(L) = v4 + (L - 4) · (v4 - v2) / 2``. prep, draft and
+  host time do not depend on the target's depth and come from the 4-layer engine. SmolLM2 is
+  also measured at full depth, which checks the rule (``layer_check``).
+* MoE targets (GPT-OSS-20B, Qwen3-Coder-30B-A3B) run attention as published and a dense MLP as
+  wide as their active experts (``active_mlp``): what one decode token reads. K + 1 verify tokens
+  route to more distinct experts than one token does; ``expected_experts`` says how many.
+* The grid: K in ``ks`` (other K interpolate linearly, as every part of a step is linear in
+  K), the concurrencies of each shape, drafter depths 1, 2, 4 for P-EAGLE (EAGLE-3: 1 layer).
+
+Command line (``peagle-lab scale``; ``scripts/gpu/scale_lab_gpu.sh`` runs it on a GPU)::
+
+    peagle-lab scale --out scale.json                 # the GPU grid (about five minutes)
+    peagle-lab scale --tiny --out scale_cpu.json      # tiny shapes on a CPU (tests, rehearsal)
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import shlex
+import statistics
+import sys
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+import torch
+
+from ..config import SpecConfig
+from ..drafter import random_drafter
+from ..engine import SpecDecoder
+from ..models.llama import LlamaConfig, LlamaModel
+from ..provenance import run_info
+from .scale_moe import measure_moe
+
+__all__ = ["ScaleShape", "SHAPES", "ScaleGrid", "GPU_GRID", "TINY_GRID", "expected_experts", "measure_cell",
+           "run_scale", "full_depth_costs", "layer_check", "step_costs", "main"]
+
+CONCURRENCIES = (1, 2, 4, 8, 16, 32, 64)
+
+
+@dataclass(frozen=True)
+class ScaleShape:
+    """A target's shape as its config.json publishes it; MoE targets as attention + their active MLP."""
+
+    name: str
+    config: LlamaConfig
+    source: str  # where the numbers come from
+    draft_vocab_size: int = 32000  # EAGLE-3 heads' usual draft vocabulary
+    experts: int = 0  # MoE: experts per layer (0: dense)
+    top_k: int = 0  # MoE: experts a token routes to
+    expert_intermediate: int = 0  # MoE: one expert's intermediate size
+
+    @property
+    def active_mlp(self) -> int:
+        """The dense MLP width measured: the MLP itself, or top_k experts side by side."""
+        return self.config.intermediate_size
+
+
+def _shape(name, source, vocab, hidden, inter, layers, heads, kv, hd, *, tie=False, qk_norm=False, theta=500000.0,
+           draft_vocab=32000, experts=0, top_k=0, expert_inter=0) -> ScaleShape:
+    cfg = LlamaConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=inter, num_hidden_layers=layers,
+                      num_attention_heads=heads, num_key_value_heads=kv, head_dim=hd, rope_theta=theta,
+                      tie_word_embeddings=tie, qk_norm=qk_norm, model_type="qwen3" if qk_norm else "llama")
+    return ScaleShape(name, cfg, source, draft_vocab, experts, top_k, expert_inter)
+
+
+SHAPES: dict[str, ScaleShape] = {s.name: s for s in (
+    ScaleShape("smollm2-135m", LlamaConfig(), "HuggingFaceTB/SmolLM2-135M-Instruct config.json", 32768),
+    _shape("llama-3.2-1b", "meta-llama/Llama-3.2-1B config.json", 128256, 2048, 8192, 16, 32, 8, 64, tie=True),
+    _shape("llama-3.1-8b", "meta-llama/Llama-3.1-8B config.json", 128256, 4096, 14336, 32, 32, 8, 128),
+    _shape("gpt-oss-20b", "openai/gpt-oss-20b config.json (32 experts, top-4, 2880 wide; MLP = 4 experts)",
+           201088, 2880, 4 * 2880, 24, 64, 8, 64, theta=150000.0, experts=32, top_k=4, expert_inter=2880),
+    _shape("qwen3-coder-30b-a3b", "Qwen/Qwen3-Coder-30B-A3B-Instruct config.json (128 experts, top-8, 768 wide; "
+           "MLP = 8 experts)", 151936, 2048, 8 * 768, 48, 32, 4, 128, qk_norm=True, theta=10000000.0,
+           experts=128, top_k=8, expert_inter=768),
+)}
+
+
+def expected_experts(shape: ScaleShape, tokens: int) -> float:
+    """Distinct experts ``tokens`` tokens route to in one layer, if each picks top_k of E uniformly.
+
+    E · (1 − (1 − top_k / E)^tokens): one decode token reads top_k experts, a K = 7 verify of 8
+    tokens about 21 of GPT-OSS-20B's 32.
+
+    >>> round(expected_experts(SHAPES["gpt-oss-20b"], 1), 2), round(expected_experts(SHAPES["gpt-oss-20b"], 8), 1)
+    (4.0, 21.0)
+    """
+    if not shape.experts:
+        return 0.0
+    return shape.experts * (1.0 - (1.0 - shape.top_k / shape.experts) ** tokens)
+
+
+@dataclass(frozen=True)
+class ScaleGrid:
+    """What to measure (the JSON records it as ``grid``)."""
+
+    shapes: tuple[str, ...]  # in priority order: a time budget drops the last
+    concurrency: dict  # shape -> its concurrencies
+    ks: tuple[int, ...] = (1, 3, 5, 8)  # measured K; others interpolate
+    depths: tuple[int, ...] = (1, 2, 4)  # P-EAGLE drafter layers
+    layers: tuple[int, int] = (2, 4)  # target layers measured for the per-layer rule
+    full_depth: tuple[str, ...] = ("smollm2-135m",)  # shapes also measured whole
+    prompt_tokens: int = 160  # context a request holds when its decode starts
+    new_tokens: int = 24  # measured steps a cell (random heads accept ~nothing: one token a step)
+    device: str = "cuda"
+    dtype: str = "bfloat16"
+    compile: str = "auto"
+    time_budget_s: float = 300.0
+    tiny: bool = False  # shrink every shape (CPU tests)
+
+    def __post_init__(self) -> None:
+        unknown = [s for s in self.shapes if s not in SHAPES]
+        if unknown:
+            raise ValueError(f"unknown shapes {unknown}; expected some of {', '.join(SHAPES)}")
+        if not self.ks or min(self.ks) < 1 or max(self.ks) > 16:
+            raise ValueError(f"ks={self.ks!r}: expected K values in [1, 16]")
+        lo, hi = self.layers
+        if not 1 <= lo < hi:
+            raise ValueError(f"layers={self.layers!r}: expected two layer counts 1 <= a < b")
+
+
+GPU_GRID = ScaleGrid(
+    shapes=("smollm2-135m", "gpt-oss-20b", "llama-3.1-8b", "llama-3.2-1b", "qwen3-coder-30b-a3b"),
+    concurrency={"smollm2-135m": (1, 8, 64), "gpt-oss-20b": CONCURRENCIES, "llama-3.1-8b": (1, 8, 64),
+                 "llama-3.2-1b": (1, 8, 64), "qwen3-coder-30b-a3b": (1, 8, 64)})
+TINY_GRID = replace(GPU_GRID, shapes=("smollm2-135m", "gpt-oss-20b"),
+                    concurrency={"smollm2-135m": (1, 4), "gpt-oss-20b": (1, 4)}, ks=(1, 3), depths=(1, 2),
+                    prompt_tokens=12, new_tokens=4, device="cpu", dtype="float32", compile="off",
+                    time_budget_s=120.0, tiny=True)
+
+
+def tiny_config(cfg: LlamaConfig, layers: int) -> LlamaConfig:
+    """A shape shrunk for a CPU: every width / 16 or less, the head layout kept where it divides."""
+    return replace(cfg, vocab_size=512, hidden_size=64, intermediate_size=max(cfg.intermediate_size // 64, 32),
+                   num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2, head_dim=16)
+
+
+def build_target(shape: ScaleShape, layers: int, grid: ScaleGrid) -> LlamaModel:
+    """Random weights at ``shape`` with ``layers`` decoder layers, made on the device (no host init)."""
+    cfg = replace(shape.config, num_hidden_layers=layers)
+    if grid.tiny:
+        cfg = tiny_config(cfg, layers)
+    torch.manual_seed(0)
+    with torch.device(grid.device):
+        model = LlamaModel(cfg)
+    return model.to(device=grid.device, dtype=getattr(torch, grid.dtype)).eval()
+
+
+def measure_cell(target: LlamaModel, drafter, method: str, k: int, c: int, grid: ScaleGrid) -> dict:
+    """One engine at (method, K, c): warm-up generate, then the medians of a measured one (ms)."""
+    cfg = SpecConfig(method=method, num_speculative_tokens=k, max_new_tokens=grid.new_tokens, compile=grid.compile)
+    engine = SpecDecoder(target, drafter, cfg)
+    gen = torch.Generator().manual_seed(c * 100 + k)
+    vocab = target.config.vocab_size
+    prompts = [torch.randint(3, vocab, (grid.prompt_tokens,), generator=gen).tolist() for _ in range(c)]
+    engine.generate(prompts, eos_token_ids=())
+    res = engine.generate(prompts, eos_token_ids=())
+    trace = res.trace[2:] or res.trace
+    med = lambda xs: statistics.median(xs) if xs else 0.0  # noqa: E731
+    step = 1e3 * res.metrics.decode_s / max(res.metrics.num_steps, 1)
+    parts = {"verify_ms": med([s.verify_ms for s in trace]), "prep_ms": med([s.prep_ms for s in trace]),
+             "draft_ms": med([s.draft_ms for s in trace])}
+    return {**parts, "step_ms": step, "host_ms": max(step - sum(parts.values()), 0.0),
+            "steps": res.metrics.num_steps, "warmup_s": round(engine.warmup_s, 3)}
+
+
+def _cells(shape: ScaleShape, grid: ScaleGrid):
+    """(layers, method, depth, K, c) of one shape: every method at the measured depth, EAGLE-3 at the other."""
+    lo, hi = grid.layers
+    full = shape.config.num_hidden_layers
+    main = full if shape.name in grid.full_depth else hi
+    runs = [(main, "eagle3", 1)] + [(main, "peagle", d) for d in grid.depths]
+    runs += [(n, "eagle3", 1) for n in (lo, hi) if n != main]
+    for layers, method, depth in runs:
+        for c in grid.concurrency.get(shape.name, (1,)):
+            for k in grid.ks:
+                yield layers, method, depth, k, c
+
+
+def _measure_shape(shape: ScaleShape, grid: ScaleGrid, deadline: float, rows: list, skipped: list, log,
+                   every=lambda: None) -> None:
+    """Every cell of one shape into ``rows`` until ``deadline`` (the rest into ``skipped``); ``every()``
+    after each cell."""
+    models: dict = {}  # one target (and its drafters) on the device at a time
+    for layers, method, depth, k, c in _cells(shape, grid):
+        if time.perf_counter() > deadline:
+            skipped.append(f"{shape.name} {method} d{depth} L{layers} K{k} c{c}")
+            continue
+        if models.get("layers") != layers:
+            models.clear()
+            torch.cuda.empty_cache() if grid.device.startswith("cuda") else None
+            models.update(layers=layers, target=build_target(shape, layers, grid))
+        target = models["target"]
+        if (method, depth) not in models:  # drafters are built once a target: they do not depend on K or c
+            models[(method, depth)] = random_drafter(
+                target, method, depth, draft_vocab_size=min(shape.draft_vocab_size, target.config.vocab_size))
+        row = {"shape": shape.name, "layers": layers, "method": method, "depth": depth, "k": k, "concurrency": c,
+               **measure_cell(target, models[(method, depth)], method, k, c, grid)}
+        rows.append(row)
+        log(json.dumps({k_: round(v, 4) if isinstance(v, float) else v for k_, v in row.items()}))
+        if grid.device.startswith("cuda"):
+            gc.collect()  # an engine's graphs and caches go with it, not at some later collection
+        every()
+
+
+def run_scale(grid: ScaleGrid, log=print, checkpoint=None) -> dict:
+    """Measure the grid (shapes in order until ``time_budget_s``); the JSON document.
+
+    A shape that fails (out of memory, a compile error) is recorded in ``errors`` and the next one
+    runs; ``checkpoint(doc)`` gets the document so far after every shape, so a killed run leaves one.
+    """
+    t0, rows, skipped, errors, moe = time.perf_counter(), [], [], {}, {}
+    doc = {"what": "decode-step costs at paper targets' shapes, random weights, this engine", "method": __doc__,
+           "grid": asdict(grid), "shapes": {n: _shape_info(SHAPES[n]) for n in grid.shapes},
+           "rows": rows, "moe": moe, "skipped": skipped, "errors": errors}
+    _raise_recompile_limits()
+
+    def save() -> None:
+        doc.update(wall_s=round(time.perf_counter() - t0, 1), costs=full_depth_costs(doc), layer_check=layer_check(doc))
+        if checkpoint is not None:
+            checkpoint(doc)
+
+    for name in grid.shapes:
+        shape = SHAPES[name]
+        try:
+            _measure_shape(shape, grid, t0 + grid.time_budget_s, rows, skipped, log,
+                           every=lambda: save() if len(rows) % 10 == 0 else None)
+        except (RuntimeError, ValueError, MemoryError) as e:  # torch.OutOfMemoryError is a RuntimeError
+            errors[name] = f"{type(e).__name__}: {str(e)[:500]}"
+            log(f"{name}: {errors[name]}")
+        if grid.device.startswith("cuda"):
+            torch.cuda.empty_cache()
+        save()
+    # last (a few seconds): a device without the grouped GEMM fails here, after every engine cell
+    for name in grid.shapes:
+        if SHAPES[name].experts and any(r["shape"] == name for r in rows):
+            moe[name] = _moe(SHAPES[name], grid)
+    save()
+    return doc
+
+
+def _raise_recompile_limits() -> None:
+    """Every shape compiles its own layers (parameter sizes are static to dynamo): room for all of them,
+    where the engine's limits (``engine.compiled``) are sized for one model."""
+    import torch._dynamo
+
+    for name in ("recompile_limit", "cache_size_limit", "accumulated_recompile_limit", "accumulated_cache_size_limit"):
+        if hasattr(torch._dynamo.config, name):
+            setattr(torch._dynamo.config, name, max(getattr(torch._dynamo.config, name), 1024))
+
+
+def _moe(shape: ScaleShape, grid: ScaleGrid) -> list[dict] | str:
+    """A real MoE layer against its dense stand-in at every verify and decode token count of the grid
+    (``scale_moe``); the error text where the device cannot run it."""
+    cs = grid.concurrency.get(shape.name, (1,))
+    tokens = sorted({c * (k + 1) for c in cs for k in grid.ks} | set(cs))
+    cfg, experts, inter = shape.config, shape.experts, shape.expert_intermediate
+    if grid.tiny:
+        cfg, experts, inter = tiny_config(cfg, 1), min(experts, 8), 16
+    try:
+        return measure_moe(cfg, experts, shape.top_k, inter, tokens, torch.device(grid.device),
+                           getattr(torch, grid.dtype))
+    except (RuntimeError, NotImplementedError) as e:  # e.g. no grouped GEMM for this device or dtype
+        return f"{type(e).__name__}: {e}"
+
+
+def _shape_info(shape: ScaleShape) -> dict:
+    return {"source": shape.source, "layers": shape.config.num_hidden_layers, "hidden": shape.config.hidden_size,
+            "mlp": shape.active_mlp, "vocab": shape.config.vocab_size, "heads": shape.config.num_attention_heads,
+            "kv_heads": shape.config.num_key_value_heads, "head_dim": shape.config.head_dim,
+            "experts": shape.experts, "top_k": shape.top_k, "expert_intermediate": shape.expert_intermediate}
+
+
+PARTS = ("verify_ms", "prep_ms", "draft_ms", "host_ms", "step_ms")
+
+
+def _by_key(rows, name, layers, method):
+    return {(r["depth"], r["k"], r["concurrency"]): r for r in rows
+            if r["shape"] == name and r["layers"] == layers and r["method"] == method}
+
+
+def _verify_slopes(doc: dict, name: str) -> dict:
+    """(K, c) -> verify ms per target layer, from EAGLE-3 at the grid's two layer counts."""
+    lo, hi = doc["grid"]["layers"]
+    a, b = _by_key(doc["rows"], name, lo, "eagle3"), _by_key(doc["rows"], name, hi, "eagle3")
+    return {key[1:]: (b[key]["verify_ms"] - a[key]["verify_ms"]) / (hi - lo) for key in a.keys() & b.keys()}
+
+
+def full_depth_costs(doc: dict) -> list[dict]:
+    """Every measured cell at its shape's full depth: measured where the whole target ran, else the
+    ``hi``-layer cell with its verify time scaled per layer (the module docstring's rule)."""
+    out = []
+    hi = doc["grid"]["layers"][1]
+    for name, info in doc["shapes"].items():
+        full = info["layers"]
+        slopes = _verify_slopes(doc, name)
+        for method in ("eagle3", "peagle"):
+            whole = _by_key(doc["rows"], name, full, method)
+            base = whole or _by_key(doc["rows"], name, hi, method)
+            for (depth, k, c), r in sorted(base.items()):
+                if not whole and (k, c) not in slopes:
+                    continue
+                extra = 0.0 if whole else (full - hi) * slopes[(k, c)]
+                cell = {p: r[p] for p in PARTS}
+                cell["verify_ms"] += extra
+                cell["step_ms"] += extra
+                out.append({"shape": name, "method": method, "depth": depth, "k": k, "concurrency": c,
+                            "scaled": not whole, **cell})
+    return out + _moe_costs(doc, out)
+
+
+def _moe_costs(doc: dict, costs: list[dict]) -> list[dict]:
+    """Shape ``NAME+moe``: NAME's cells with every layer's MLP as the real MoE layer at that verify's tokens."""
+    out = []
+    for name, rows in (doc.get("moe") or {}).items():
+        if isinstance(rows, str):
+            continue
+        extra = {r["tokens"]: r["moe_extra_ms"] for r in rows}
+        layers = doc["shapes"][name]["layers"]
+        for cell in costs:
+            tokens = cell["concurrency"] * (cell["k"] + 1)
+            if cell["shape"] == name and tokens in extra:
+                add = layers * extra[tokens]
+                out.append({**cell, "shape": f"{name}+moe", "verify_ms": cell["verify_ms"] + add,
+                            "step_ms": cell["step_ms"] + add})
+    return out
+
+
+def layer_check(doc: dict) -> list[dict]:
+    """Where a shape ran whole and at the two layer counts: the per-layer rule's verify against the
+    measured one, per (K, c). ``error`` = predicted / measured − 1."""
+    hi = doc["grid"]["layers"][1]
+    out = []
+    for name, info in doc["shapes"].items():
+        full, slopes = info["layers"], _verify_slopes(doc, name)
+        whole = _by_key(doc["rows"], name, full, "eagle3")
+        at_hi = _by_key(doc["rows"], name, hi, "eagle3")
+        if full == hi or not whole:
+            continue
+        for (depth, k, c), r in sorted(whole.items()):
+            if (k, c) in slopes and (depth, k, c) in at_hi:
+                pred = at_hi[(depth, k, c)]["verify_ms"] + (full - hi) * slopes[(k, c)]
+                out.append({"shape": name, "k": k, "concurrency": c, "measured_ms": r["verify_ms"],
+                            "predicted_ms": pred, "error": pred / r["verify_ms"] - 1.0})
+    return out
+
+
+def _interpolate(points: dict[int, dict], k: int) -> dict:
+    """Linear in K between the two nearest measured K (extrapolated past the ends)."""
+    ks = sorted(points)
+    if k in points or len(ks) == 1:
+        return dict(points.get(k, points[ks[0]]))
+    lo = max([x for x in ks if x < k], default=ks[0])
+    hi = min([x for x in ks if x > k], default=ks[-1])
+    if lo == hi:  # past an end: the last two
+        lo, hi = (ks[0], ks[1]) if k < ks[0] else (ks[-2], ks[-1])
+    t = (k - lo) / (hi - lo)
+    return {p: points[lo][p] + t * (points[hi][p] - points[lo][p]) for p in PARTS}
+
+
+def step_costs(doc: dict, shape: str, method: str, k: int, concurrency: int, depth: int = 1) -> dict:
+    """One step's parts (ms) at full depth for ``method`` at K and c, interpolated in K.
+
+    EAGLE-3's drafter has one layer (``depth`` is ignored); P-EAGLE's has ``depth``.
+
+    Raises:
+        ValueError: a shape, concurrency or depth the document did not measure.
+    """
+    depth = 1 if method == "eagle3" else depth
+    cells = [r for r in doc["costs"] if r["shape"] == shape and r["method"] == method]
+    if not cells:
+        raise ValueError(f"no {method} costs for shape={shape!r}; measured: {sorted({r['shape'] for r in doc['costs']})}")
+    pts = {r["k"]: r for r in cells if r["concurrency"] == concurrency and r["depth"] == depth}
+    if not pts:
+        have = sorted({(r["concurrency"], r["depth"]) for r in cells})
+        raise ValueError(f"shape={shape!r} {method}: no cell at c={concurrency}, depth={depth}; measured (c, depth): {have}")
+    return _interpolate(pts, k)
+
+
+def _parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="peagle-lab scale", description=__doc__.split("\n")[0])
+    ap.add_argument("--out", required=True, help="the JSON to write")
+    ap.add_argument("--tiny", action="store_true", help="tiny shapes on the CPU (tests, rehearsal)")
+    ap.add_argument("--shapes", nargs="+", choices=list(SHAPES), help="shapes in priority order")
+    ap.add_argument("-k", nargs="+", type=int, help="measured K (default 1 3 5 8)")
+    ap.add_argument("--depths", nargs="+", type=int, help="P-EAGLE drafter layers (default 1 2 4)")
+    ap.add_argument("--compile", choices=["auto", "on", "off"])
+    ap.add_argument("--device")
+    ap.add_argument("--time-budget-s", type=float)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    grid = TINY_GRID if args.tiny else GPU_GRID
+    changes = {"shapes": tuple(args.shapes or ()), "ks": tuple(args.k or ()), "depths": tuple(args.depths or ()),
+               "compile": args.compile, "device": args.device, "time_budget_s": args.time_budget_s}
+    grid = replace(grid, **{f: v for f, v in changes.items() if v})
+    if grid.device.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError("the scale lab's default grid needs CUDA; use --tiny (or --device cpu) on a CPU")
+    info = run_info(shlex.join(["peagle-lab", "scale", *(argv if argv is not None else sys.argv[1:])]))
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+
+    def write(doc: dict) -> None:
+        tmp = out.with_suffix(".tmp")
+        tmp.write_text(json.dumps({**info, **doc}, indent=1) + "\n")
+        tmp.replace(out)
+
+    with torch.inference_mode():
+        doc = run_scale(grid, log=lambda line: print(line, flush=True), checkpoint=write)
+    print(f"wrote {out}: {len(doc['rows'])} cells in {doc['wall_s']} s; skipped {len(doc['skipped'])}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,127 @@
+"""The scale lab (peagle_lab.bench.scale): tiny shapes on the CPU; the numbers come from the GPU."""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import replace
+
+import pytest
+import torch
+
+from peagle_lab.bench import scale
+from peagle_lab.bench.scale_moe import MoELayer, measure_moe
+from peagle_lab.cli import main as cli_main
+
+
+@pytest.fixture(scope="module")
+def tiny_doc():
+    grid = replace(scale.TINY_GRID, shapes=("smollm2-135m", "gpt-oss-20b"), ks=(1, 3), depths=(1, 2))
+    with torch.inference_mode():
+        return scale.run_scale(grid, log=lambda line: None)
+
+
+def test_every_cell_is_measured_with_its_parts(tiny_doc):
+    rows = tiny_doc["rows"]
+    # smollm2 whole (eagle3 + peagle d1, d2) and eagle3 at 2 and 4 layers; gpt-oss at 4 layers (3 runs) + eagle3 at 2
+    assert len(rows) == (5 + 4) * 2 * 2
+    assert not tiny_doc["skipped"] and not tiny_doc["errors"]
+    for r in rows:
+        assert r["verify_ms"] > 0 and r["draft_ms"] > 0 and r["step_ms"] > 0
+        assert r["host_ms"] >= 0
+        assert r["steps"] >= scale.TINY_GRID.new_tokens - 1  # random heads accept ~nothing: a token a step
+    assert {r["layers"] for r in rows if r["shape"] == "smollm2-135m"} == {30, 2, 4}
+    assert {r["layers"] for r in rows if r["shape"] == "gpt-oss-20b"} == {2, 4}
+
+
+def test_full_depth_costs_scale_verify_per_layer(tiny_doc):
+    costs = {(c["shape"], c["method"], c["depth"], c["k"], c["concurrency"]): c for c in tiny_doc["costs"]}
+    rows = {(r["shape"], r["layers"], r["method"], r["depth"], r["k"], r["concurrency"]): r for r in tiny_doc["rows"]}
+    c = costs[("gpt-oss-20b", "peagle", 2, 3, 4)]
+    r4, e2, e4 = rows[("gpt-oss-20b", 4, "peagle", 2, 3, 4)], rows[("gpt-oss-20b", 2, "eagle3", 1, 3, 4)], \
+        rows[("gpt-oss-20b", 4, "eagle3", 1, 3, 4)]
+    slope = (e4["verify_ms"] - e2["verify_ms"]) / 2
+    assert c["scaled"] and math.isclose(c["verify_ms"], r4["verify_ms"] + 20 * slope)
+    assert math.isclose(c["step_ms"] - c["verify_ms"], r4["step_ms"] - r4["verify_ms"])
+    whole = costs[("smollm2-135m", "eagle3", 1, 1, 1)]  # measured whole: as measured
+    assert not whole["scaled"] and whole["verify_ms"] == rows[("smollm2-135m", 30, "eagle3", 1, 1, 1)]["verify_ms"]
+
+
+def test_layer_check_compares_the_rule_with_the_whole_model(tiny_doc):
+    check = tiny_doc["layer_check"]
+    assert {(c["k"], c["concurrency"]) for c in check} == {(1, 1), (3, 1), (1, 4), (3, 4)}
+    assert all(c["shape"] == "smollm2-135m" and math.isfinite(c["error"]) for c in check)
+
+
+def test_step_costs_interpolate_linearly_in_k(tiny_doc):
+    k1 = scale.step_costs(tiny_doc, "gpt-oss-20b", "eagle3", 1, 1)
+    k3 = scale.step_costs(tiny_doc, "gpt-oss-20b", "eagle3", 3, 1)
+    k2 = scale.step_costs(tiny_doc, "gpt-oss-20b", "eagle3", 2, 1)
+    assert math.isclose(k2["step_ms"], (k1["step_ms"] + k3["step_ms"]) / 2)
+    k5 = scale.step_costs(tiny_doc, "gpt-oss-20b", "eagle3", 5, 1)  # past the end: the last two
+    assert math.isclose(k5["draft_ms"], k3["draft_ms"] + (k3["draft_ms"] - k1["draft_ms"]))
+    with pytest.raises(ValueError, match="c=2"):
+        scale.step_costs(tiny_doc, "gpt-oss-20b", "peagle", 3, 2, depth=2)
+    with pytest.raises(ValueError, match="llama-3.1-8b"):
+        scale.step_costs(tiny_doc, "llama-3.1-8b", "peagle", 3, 1)
+
+
+def test_moe_variant_adds_the_experts_per_layer(tiny_doc):
+    moe = {r["tokens"]: r["moe_extra_ms"] for r in tiny_doc["moe"]["gpt-oss-20b"]}
+    plain = scale.step_costs(tiny_doc, "gpt-oss-20b", "peagle", 3, 4, depth=1)
+    routed = scale.step_costs(tiny_doc, "gpt-oss-20b+moe", "peagle", 3, 4, depth=1)
+    assert math.isclose(routed["verify_ms"] - plain["verify_ms"], 24 * moe[16])
+
+
+def test_moe_layer_equals_a_loop_over_tokens_and_their_experts():
+    torch.manual_seed(0)
+    layer = MoELayer(hidden=16, intermediate=8, experts=6, top_k=2)
+    x = torch.randn(5, 16)
+    w, idx = torch.topk(x @ layer.router.t(), 2, dim=-1)
+    w = torch.softmax(w, dim=-1)
+    ref = torch.zeros_like(x)
+    for t in range(5):
+        for j in range(2):
+            e = idx[t, j]
+            gate, up = (x[t] @ layer.gate_up[e]).chunk(2)
+            ref[t] += w[t, j] * ((torch.nn.functional.silu(gate) * up) @ layer.down[e])
+    torch.testing.assert_close(layer(x), ref, rtol=1e-5, atol=1e-5)
+
+
+def test_measure_moe_reports_both_layers():
+    cfg = scale.tiny_config(scale.SHAPES["gpt-oss-20b"].config, 1)
+    rows = measure_moe(cfg, 8, 4, 16, [1, 8], torch.device("cpu"), torch.float32)
+    assert [r["tokens"] for r in rows] == [1, 8]
+    assert all(r["moe_ms"] > 0 and r["dense_ms"] > 0 and r["moe_extra_ms"] == r["moe_ms"] - r["dense_ms"] for r in rows)
+
+
+def test_expected_experts():
+    oss = scale.SHAPES["gpt-oss-20b"]
+    assert scale.expected_experts(oss, 1) == pytest.approx(4.0)
+    assert scale.expected_experts(oss, 10_000) == pytest.approx(32.0)
+    assert scale.expected_experts(scale.SHAPES["llama-3.1-8b"], 8) == 0.0
+
+
+def test_shapes_match_their_published_configs():
+    s = scale.SHAPES
+    assert s["gpt-oss-20b"].active_mlp == 4 * 2880 and s["gpt-oss-20b"].config.num_hidden_layers == 24
+    assert s["qwen3-coder-30b-a3b"].config.qk_norm and s["qwen3-coder-30b-a3b"].active_mlp == 8 * 768
+    assert s["llama-3.1-8b"].config.head_dim == 128 and s["smollm2-135m"].config.hidden_size == 576
+
+
+def test_grid_rejects_bad_values():
+    with pytest.raises(ValueError, match="unknown shapes"):
+        replace(scale.TINY_GRID, shapes=("gpt-5",))
+    with pytest.raises(ValueError, match="ks="):
+        replace(scale.TINY_GRID, ks=(0, 3))
+    with pytest.raises(ValueError, match="layers="):
+        replace(scale.TINY_GRID, layers=(4, 2))
+
+
+def test_command_line_writes_json_with_run_info(tmp_path):
+    out = tmp_path / "scale.json"
+    assert cli_main(["scale", "--tiny", "--shapes", "llama-3.2-1b", "-k", "2", "--depths", "1",
+                     "--out", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert doc["device"].startswith("CPU") and doc["command"].startswith("peagle-lab scale")
+    assert {r["shape"] for r in doc["costs"]} == {"llama-3.2-1b"}
+    assert doc["grid"]["ks"] == [2]
