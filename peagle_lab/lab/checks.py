@@ -10,19 +10,20 @@ one exercise without re-running the notebook.
 
 | notebook | exercise                                        | check                          |
 | -------- | ----------------------------------------------- | ------------------------------ |
-| 1        | acceptance length of independent drafts         | :func:`check_acceptance_length` |
-| 1        | tokens/s of each method from one step's parts    | :func:`check_tokens_per_second` |
+| 1        | ``verify_by_hand``: the tokens a step gains       | :func:`check_verify_by_hand`    |
+| 1        | each method's drafter passes and slot-layers     | :func:`check_drafter_work`      |
 | 2        | ``draft_row``: one request's slots, by hand       | :func:`check_draft_row`         |
 | 2        | padding slots of a decode step                   | :func:`check_padding_slots`     |
-| 3        | ``leaky_mask`` and what it does to partitioning  | :func:`check_leaky_mask`        |
+| 3        | ``sees``: the chain mask; what a causal one leaks | :func:`check_chain_mask`        |
 | 3        | elements COD keeps at n = 1000, K_train = 8      | :func:`check_cod_kept`          |
 | 4        | ``fill_draft_hidden`` as one gather              | :func:`check_fill_by_gather`    |
 | 4        | bytes the fused kernels move at c = 64, K = 7    | :func:`check_moved_bytes`       |
 | 5        | P-EAGLE ÷ EAGLE-3 TPS at equal acceptance        | :func:`check_speedup_at_equal_acceptance` |
-| 6        | train a head of either method on the tiny data   | :func:`check_train_head`        |
+| 6        | which head's agreement falls first with depth    | :func:`check_weakest_depth`     |
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -30,12 +31,12 @@ from torch.overrides import TorchFunctionMode
 
 from . import exercises
 
-__all__ = ["check_acceptance_length", "check_tokens_per_second", "check_draft_row", "check_padding_slots",
-           "check_leaky_mask", "check_cod_kept", "check_fill_by_gather", "check_moved_bytes",
-           "check_train_head", "check_speedup_at_equal_acceptance"]
+__all__ = ["check_verify_by_hand", "check_drafter_work", "check_draft_row", "check_padding_slots",
+           "check_chain_mask", "check_cod_kept", "check_fill_by_gather", "check_moved_bytes",
+           "check_weakest_depth", "check_speedup_at_equal_acceptance"]
 
-_STUB = ("not answered yet: replace the line `raise NotImplementedError(\"your code here\")` in the exercise "
-         "cell above with your code, run that cell, then this one")
+_STUB = ("not answered yet: write your answer in the exercise cell above, where it says \"your code here\", run "
+         "that cell, then this one")
 
 
 def _call(fn, *args, **kwargs):
@@ -54,62 +55,139 @@ def _correct(message: str) -> None:
     print(f"correct: {message}")
 
 
+# ---------------------------------------------------------------- unanswered: print, hand on the worked answer
+# The answers each check hands on while its exercise is unanswered, so that "Run All" on a student copy reaches
+# the last cell. A check with no entry here hands the student's stub back unchanged.
+_WORKED = {
+    "check_verify_by_hand": lambda: exercises.verify_by_hand,
+    "check_drafter_work": lambda: exercises.drafter_work,
+    "check_draft_row": lambda: exercises.draft_row_by_hand,
+    "check_padding_slots": lambda: exercises.num_padding_slots([0, 4, 2, 1], k=4),
+    "check_chain_mask": lambda: (exercises.chain_sees, exercises.leaked_input_token(1, 2)),
+    "check_cod_kept": lambda: (exercises.cod_kept_elements(1000, 8), 8 * 1000),
+    "check_fill_by_gather": lambda: exercises.fill_draft_hidden_by_gather,
+    "check_moved_bytes": lambda: exercises.draft_batch_bytes([3] * 64, 7, 576),
+    "check_speedup_at_equal_acceptance": lambda: exercises.speedup_at_equal_acceptance,
+    "check_weakest_depth": lambda: exercises.weakest_depth(exercises.shipped_depth_agreement()),
+}
+
+
+def _unanswered(error: BaseException) -> bool:
+    return isinstance(error, NotImplementedError) or (isinstance(error, AssertionError) and str(error) == _STUB)
+
+
+def _hands_on_answers(check):
+    """Wrap ``check`` so that it returns the answers it checked, and an unanswered exercise does not stop the notebook.
+
+    A correct answer returns the answer (a tuple for several), so the check cell reads
+    ``answer = checks.check_x(answer)``. A wrong answer raises the check's ``AssertionError``
+    with its hint. An unanswered one (the stub still raises ``NotImplementedError``, or a value
+    is still ``None``) prints a line starting ``not answered yet:`` and returns the worked
+    answer from :mod:`peagle_lab.lab.exercises`, so the cells below still run.
+    """
+    @functools.wraps(check)
+    def wrapper(*answers, **kwargs):
+        try:
+            check(*answers, **kwargs)
+        except (AssertionError, NotImplementedError) as e:
+            if not _unanswered(e):
+                raise
+            worked = _WORKED.get(check.__name__)
+            print(f"{_STUB}. Until then the cells below go on with "
+                  + ("the worked answer (peagle_lab.lab.exercises)" if worked else "your stub"))
+            return worked() if worked else (answers[0] if len(answers) == 1 else answers)
+        return answers[0] if len(answers) == 1 else answers
+    return wrapper
+
+
 # ---------------------------------------------------------------- notebook 1
-def check_acceptance_length(acceptance_length) -> None:
-    """Check ``acceptance_length(alpha, k)``: tokens per step when each draft is accepted with probability alpha.
+def _verify_cases():
+    yield [5, 6, 7], [5, 6, 7, 8]  # all accepted: the bonus token
+    yield [5, 9, 7], [5, 6, 7, 8]  # draft 2 rejected; draft 3 matches but must not count
+    yield [9, 6, 7], [5, 6, 7, 8]  # the first draft rejected
+    yield [], [4]  # K = 0: the target's own token
+    g = torch.Generator().manual_seed(0)
+    for k in (1, 2, 4, 6) * 5:
+        choices = torch.randint(0, 3, (k + 1,), generator=g).tolist()
+        yield [c if torch.rand((), generator=g) < 0.7 else (c + 1) % 3 for c in choices[:k]], choices
 
-    >>> check_acceptance_length(exercises.expected_acceptance_length)
-    correct: AL(0.8, K=9) = 4.46 against 3.69 at K=5: four more drafts buy 0.77 tokens per step
-    >>> check_acceptance_length(lambda alpha, k: alpha * k)
+
+def _verify_hint(drafts: list[int], choices: list[int], got: list, want: list[int]) -> str:
+    n = len(want) - 1  # accepted drafts
+    case = f"drafts {drafts} against the target's choices {choices}: expected {want}, yours is {got}"
+    if got == want[:-1]:
+        return (f"{case}. Every step also gains the target's own token: at the first mismatch it replaces the rejected "
+                "draft (recovered), after K accepted drafts it comes free (bonus). The same verify pass computed it")
+    if len(got) == n + 1 and got[:n] == want[:n] and n < len(drafts) and got[n] == drafts[n]:
+        return (f"{case}. Draft {n + 1} ({drafts[n]}) is rejected: the target chose {choices[n]} there, and a step "
+                "gains the target's token, never a rejected draft")
+    if len(got) > len(want):
+        return (f"{case}. Verification stops at the first mismatch: every later draft was drafted after a token the "
+                "target did not choose, so it is discarded even where it happens to equal the target's choice")
+    return (f"{case}. target_choices[i] is the target's token after verify slot i; slot 0 holds the new token, so "
+            "target_choices[0] checks drafts[0], target_choices[1] checks drafts[1], and target_choices[K] is the bonus")
+
+
+def check_verify_by_hand(verify_by_hand) -> None:
+    """Check ``verify_by_hand(drafts, target_choices)``: the tokens one request gains from greedy verification.
+
+    >>> _ = check_verify_by_hand(exercises.verify_by_hand)
+    correct: drafts [5, 9, 7] against the target's [5, 6, 7, 8] gain [5, 6]: draft 1 accepted, 6 recovered for draft 2, and draft 3 never counts although it matches. 24 cases agree
+    >>> _ = check_verify_by_hand(lambda drafts, choices: [d for d, c in zip(drafts, choices) if d == c])
     Traceback (most recent call last):
-    AssertionError: with K = 0 nothing is drafted, yet every step still yields the target's own token: AL(alpha, 0) must be 1, yours is 0.0
+    AssertionError: drafts [5, 6, 7] against the target's choices [5, 6, 7, 8]: expected [5, 6, 7, 8], yours is [5, 6, 7]. Every step also gains the target's own token: at the first mismatch it replaces the rejected draft (recovered), after K accepted drafts it comes free (bonus). The same verify pass computed it
     """
-    if _call(acceptance_length, 0.5, 0) != 1:
-        raise AssertionError("with K = 0 nothing is drafted, yet every step still yields the target's own token: "
-                             f"AL(alpha, 0) must be 1, yours is {_call(acceptance_length, 0.5, 0)}")
-    got = _call(acceptance_length, 1.0, 4)
-    if not math.isclose(got, 5.0):
-        raise AssertionError(f"with alpha = 1 every draft is accepted, so AL = K + 1 (K drafts and the bonus token): "
-                             f"AL(1.0, 4) must be 5, yours is {got} (watch a division by 1 - alpha)")
-    for alpha, k in ((0.8, 9), (0.8, 5), (0.5, 1), (0.0, 3), (0.95, 12)):
-        got, want = _call(acceptance_length, alpha, k), exercises.expected_acceptance_length(alpha, k)
-        if not math.isclose(got, want, rel_tol=1e-6):
-            raise AssertionError(
-                f"AL(alpha={alpha}, K={k}) should be {want:.4f}, yours is {got:.4f}. Draft i counts only if drafts "
-                f"1..i were all accepted, with probability alpha^i; the bonus token always counts: "
-                f"AL = 1 + alpha + alpha^2 + ... + alpha^K")
-    al9, al5 = _call(acceptance_length, 0.8, 9), _call(acceptance_length, 0.8, 5)
-    _correct(f"AL(0.8, K=9) = {al9:.2f} against {al5:.2f} at K=5: four more drafts buy {al9 - al5:.2f} tokens per step")
+    cases = list(_verify_cases())
+    for drafts, choices in cases:
+        got = _call(verify_by_hand, list(drafts), list(choices))
+        if isinstance(got, torch.Tensor):
+            got = got.tolist()
+        if not isinstance(got, (list, tuple)):
+            raise AssertionError(f"return the list of tokens the step gains, got {type(got).__name__}")
+        got, want = [int(t) for t in got], exercises.verify_by_hand(drafts, choices)
+        if got != want:
+            raise AssertionError(_verify_hint(drafts, choices, got, want))
+    _correct(f"drafts [5, 9, 7] against the target's [5, 6, 7, 8] gain [5, 6]: draft 1 accepted, 6 recovered for "
+             f"draft 2, and draft 3 never counts although it matches. {len(cases)} cases agree")
 
 
-def check_tokens_per_second(tokens_per_second) -> None:
-    """Check ``tokens_per_second(method, *, verify_ms, pass_ms, k, alpha, prep_ms=0.0)`` against the step model.
+_WORK_HINTS = {
+    "passes": {"eagle3": "EAGLE-3 drafts one token per pass, each pass feeding back its own output: K passes",
+               "peagle": "P-EAGLE drafts all K tokens in one pass: the mask slots stand in for the drafts not made yet"},
+    "k_slots": {"eagle3": "EAGLE-3's first pass carries the whole verified row, T = K + 1 slots (context, bonus and "
+                          "padding), like P-EAGLE's without the mask slots; only its K - 1 later passes carry one token",
+                "peagle": "P-EAGLE's pass carries every slot of the request's row, not only the K it samples: R = T + "
+                          "K - 1 = 2K (n context slots, the bonus slot, K - 1 mask slots, K - n padding slots)"},
+    "no_layers": "each slot runs through every layer of the head: multiply by the number of layers",
+}
 
-    >>> check_tokens_per_second(exercises.predicted_tokens_per_second)
-    correct: with verify 10 ms, a 2 ms drafter pass, alpha = 0.5, K = 4: EAGLE-3 107.6 tok/s, P-EAGLE 161.5 tok/s
+
+def check_drafter_work(drafter_work) -> None:
+    """Check ``drafter_work(method, *, k, layers)`` -> ``(passes, slot_layers)`` for one request in a decode step.
+
+    >>> _ = check_drafter_work(exercises.drafter_work)
+    correct: at K = 5, EAGLE-3 (1 layer) runs 5 passes and 10 slot-layers, P-EAGLE (4 layers) 1 pass and 40 slot-layers: a fifth of the passes, four times the arithmetic
+    >>> _ = check_drafter_work(lambda method, *, k, layers: (k if method == "eagle3" else 1, k * layers))
+    Traceback (most recent call last):
+    AssertionError: eagle3 at K = 5 with 1 layer(s): 5 slot-layers, expected 10. EAGLE-3's first pass carries the whole verified row, T = K + 1 slots (context, bonus and padding), like P-EAGLE's without the mask slots; only its K - 1 later passes carry one token
     """
-    base = dict(verify_ms=10.0, pass_ms=2.0, k=4, alpha=0.5)
-    got = {m: _call(tokens_per_second, m, **base) for m in ("eagle3", "peagle")}
-    want = {m: exercises.predicted_tokens_per_second(m, **base) for m in ("eagle3", "peagle")}
-    for m in got:
-        if math.isclose(got[m], want[m] / 1000, rel_tol=1e-6):
-            raise AssertionError(f"{m}: {got[m]:.4f} is tokens per millisecond; the times are in ms, so multiply by 1000")
-    if math.isclose(got["eagle3"], got["peagle"], rel_tol=1e-9):
-        raise AssertionError("EAGLE-3 and P-EAGLE came out equal at K = 4: EAGLE-3 pays K drafter passes per step, "
-                             "P-EAGLE one")
-    cases = [dict(base), dict(base, prep_ms=1.5), dict(verify_ms=20.0, pass_ms=3.0, k=9, alpha=0.8, prep_ms=0.5),
-             dict(verify_ms=5.0, pass_ms=0.0, k=1, alpha=0.0)]
-    for kw in cases:
-        for m in ("eagle3", "peagle"):
-            g, w = _call(tokens_per_second, m, **kw), exercises.predicted_tokens_per_second(m, **kw)
-            if not math.isclose(g, w, rel_tol=1e-6):
-                hint = ("include prep_ms in the step's time" if kw.get("prep_ms") else
-                        "a step costs verify_ms + prep_ms + (passes x pass_ms) and yields AL tokens "
-                        "(exercises.expected_acceptance_length); tokens/s = 1000 x AL / step_ms")
-                args = ", ".join(f"{key}={v}" for key, v in kw.items())
-                raise AssertionError(f"{m} with {args}: expected {w:.2f} tok/s, yours is {g:.2f}; {hint}")
-    _correct(f"with verify 10 ms, a 2 ms drafter pass, alpha = 0.5, K = 4: EAGLE-3 {want['eagle3']:.1f} tok/s, "
-             f"P-EAGLE {want['peagle']:.1f} tok/s")
+    for method, k, layers in (("eagle3", 5, 1), ("peagle", 5, 4), ("peagle", 3, 2), ("eagle3", 7, 2),
+                              ("eagle3", 1, 1), ("peagle", 1, 1)):
+        got = _call(drafter_work, method, k=k, layers=layers)
+        if not (isinstance(got, (tuple, list)) and len(got) == 2):
+            raise AssertionError(f"return two numbers, (passes, slot_layers); got {got!r}")
+        (passes, work), (want_passes, want_work) = got, exercises.drafter_work(method, k=k, layers=layers)
+        where = f"{method} at K = {k} with {layers} layer(s)"
+        if passes != want_passes:
+            raise AssertionError(f"{where}: {passes} passes, expected {want_passes}. {_WORK_HINTS['passes'][method]}")
+        if work != want_work:
+            hint = (_WORK_HINTS["no_layers"] if layers > 1 and work == want_work // layers else
+                    _WORK_HINTS["k_slots"][method] if work == k * layers else
+                    "count the slots of every pass (notebook 2: R = T + K - 1 for P-EAGLE's one pass, T = K + 1 for "
+                    "EAGLE-3's first, one token for each later pass), times the layers each slot runs through")
+            raise AssertionError(f"{where}: {work} slot-layers, expected {want_work}. {hint}")
+    _correct("at K = 5, EAGLE-3 (1 layer) runs 5 passes and 10 slot-layers, P-EAGLE (4 layers) 1 pass and 40 "
+             "slot-layers: a fifth of the passes, four times the arithmetic")
 
 
 # ---------------------------------------------------------------- notebook 2
@@ -147,13 +225,13 @@ def check_draft_row(draft_row) -> None:
     Compared slot by slot with ``exercises.draft_row_by_hand`` (itself tested against
     ``prepare_draft_inputs``), on the exercise's request and on random ones.
 
-    >>> check_draft_row(exercises.draft_row_by_hand)
+    >>> _ = check_draft_row(exercises.draft_row_by_hand)
     correct: the request's 8 slots (bonus at slot 1, mask positions 22-24, 3 padding slots) and 15 random requests' slots are the kernel's
     >>> def no_shift(token_ids, positions, num_accepted, bonus_token, *, k, mask_token_id):
     ...     row = exercises.draft_row_by_hand(token_ids, positions, num_accepted, bonus_token, k=k,
     ...                                       mask_token_id=mask_token_id)
     ...     return dict(row, input_ids=token_ids[:num_accepted] + row["input_ids"][num_accepted:])
-    >>> check_draft_row(no_shift)
+    >>> _ = check_draft_row(no_shift)
     Traceback (most recent call last):
     AssertionError: T = 5, K = 4, 1 kept, bonus 500: slot 0 (context) has input_ids 50, expected 51; a context slot i carries the next token, token_ids[i + 1], with positions[i] and hidden source i: EAGLE's shift by one
     """
@@ -184,9 +262,9 @@ def check_draft_row(draft_row) -> None:
 def check_padding_slots(padding) -> None:
     """Check the count of padding slots in a decode step with K = 4 and accepted counts ``[0, 4, 2, 1]``.
 
-    >>> check_padding_slots(exercises.num_padding_slots([0, 4, 2, 1], k=4))
+    >>> _ = check_padding_slots(exercises.num_padding_slots([0, 4, 2, 1], k=4))
     correct: 9 of the batch's 32 slots are padding: K - n = 4, 0, 2, 3 per request, the rejected drafts; none writes KV (slot -1) or is sampled
-    >>> check_padding_slots(7)
+    >>> _ = check_padding_slots(7)
     Traceback (most recent call last):
     AssertionError: 7 is the number of drafts the requests kept; padding takes the slots of the drafts they rejected
     """
@@ -221,79 +299,79 @@ def _mask_cases():
     from ..train import CODConfig, sample_elements
 
     g = torch.Generator().manual_seed(0)
-    for lengths in ((12,), (14, 9)):
-        els = [sample_elements(n, torch.arange(n) >= 2, CODConfig(num_depths=3), g) for n in lengths]
-        S = max(len(e) for e in els)
-        anchor, depth = torch.zeros(len(els), S, dtype=torch.long), torch.zeros(len(els), S, dtype=torch.long)
-        valid = torch.zeros(len(els), S, dtype=torch.bool)  # [B, S]: the second row is padded
-        for b, e in enumerate(els):
-            anchor[b, :len(e)], depth[b, :len(e)], valid[b, :len(e)] = e.anchor, e.depth, True
-        yield anchor, depth, valid
+    for n in (12, 14, 9):
+        e = sample_elements(n, torch.arange(n) >= 2, CODConfig(num_depths=4), g)
+        yield list(zip(e.anchor.tolist(), e.depth.tolist()))
 
 
-def _mask_hint(q: tuple[int, int], key: tuple[int, int], shown: bool, valid: bool) -> str:
+# Pairs tried first, in the order their hints teach best: one of each kind of key.
+_FIRST_PAIRS = (((2, 1), (2, 1)), ((3, 2), (1, 0)), ((1, 2), (1, 1)), ((1, 1), (1, 2)), ((1, 0), (2, 0)),
+                ((1, 2), (3, 0)), ((1, 2), (2, 0)), ((3, 1), (1, 1)), ((3, 0), (1, 2)))
+
+
+def _pair_reason(q: tuple[int, int], key: tuple[int, int]) -> str:
     (a, d), (ak, dk) = q, key
-    pair = f"query (a={a}, d={d}) {'sees' if shown else 'does not see'} key (a'={ak}, d'={dk})"
-    if shown and not valid:
-        return f"{pair}, a padding key: padding stays hidden"
-    if shown and ak > a:
-        return f"{pair}, a later anchor's element: that is the future, hidden even with the leak"
-    if shown and ak == a:
-        return f"{pair}, a deeper draft of its own chain, which comes after it: keep d' <= d within the chain"
-    if not shown and ak < a and dk > 0:
-        return (f"{pair}: that is the leak asked for, earlier anchors' deeper elements must be visible "
-                "(drop d' = 0 for a' < a)")
-    return f"{pair}, which the correct mask shows (context d' = 0 with a' <= a, or its own chain up to d): keep it"
+    if (ak, dk) == (a, d):
+        return "a query always sees its own key: at inference a slot reads the key and value it has just written"
+    if ak == a:
+        return ("an earlier slot of its own chain: at inference chain a's slots 0..d are written by the same pass, "
+                "and slot d attends to them (to their states, not to tokens drafted from them)" if dk < d else
+                "a deeper element of its own chain is a later slot of the pass: the future")
+    if dk == 0 and ak < a:
+        return "depth-0 elements of anchors up to a are the context, cached by earlier passes"
+    if dk == 0 and ak <= a + d:
+        return (f"key ({ak}, 0) sits at position {ak}, not after the query's position {a + d}, yet it embeds the "
+                f"true token x[{ak + 1}], which chain {a} drafts at depth {ak - a - 1}. At inference that token is "
+                "being drafted by this same pass, so the query cannot have it: positions alone do not decide")
+    if dk == 0:
+        return "a later anchor's context is the future"
+    return (f"({ak}, {dk}) is a draft slot of chain {ak}. At inference each chain is drafted in its own pass, after "
+            "everything before it is verified: the cache holds depth-0 context only, never another chain's drafts")
 
 
-def check_leaky_mask(leaky_mask, partitions_still_match) -> None:
-    """Check ``leaky_mask`` (``chain_mask`` with the deeper elements of earlier chains visible too), then the
-    prediction ``partitions_still_match`` (True or False) with one run of the partitioned gradient check.
+def check_chain_mask(sees, leaked_token) -> None:
+    """Check ``sees(a, d, a_key, d_key)`` against ``train.chain_visible`` on COD layouts, then ``leaked_token``:
+    the index i of x[i], the input token of key (3, 0), which a position-causal mask would show query (1, 2).
 
-    >>> check_leaky_mask(exercises.leaky_chain_mask, False)  # doctest: +ELLIPSIS
-    correct: your mask leaks as asked; one pass still trains, but with S = 2 segments the gradients differ from one pass's by ...
+    >>> _ = check_chain_mask(exercises.chain_sees, exercises.leaked_input_token(1, 2))  # doctest: +ELLIPSIS
+    correct: your rule is the chain mask on 3 COD layouts (... query-key pairs). Key (3, 0) embeds x[4], ...
+    >>> _ = check_chain_mask(lambda a, d, ak, dk: ak + dk <= a + d, None)  # causal by position
+    Traceback (most recent call last):
+    AssertionError: query (1, 2) sees key (3, 0), which it must not: key (3, 0) sits at position 3, not after the query's position 3, yet it embeds the true token x[4], which chain 1 drafts at depth 1. At inference that token is being drafted by this same pass, so the query cannot have it: positions alone do not decide
     """
-    from ..train import chain_mask
-
-    for anchor, depth, valid in _mask_cases():
-        got = _call(leaky_mask, anchor, depth, anchor, depth, valid)
-        want = exercises.leaky_chain_mask(anchor, depth, anchor, depth, valid)
-        if not isinstance(got, torch.Tensor) or got.shape != want.shape:
-            shown = tuple(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__
-            raise AssertionError(f"expected a boolean mask {tuple(want.shape)} ([B, 1, Q, S], as chain_mask), "
-                                 f"got {shown}")
-        got = got.bool()
-        if torch.equal(got, chain_mask(anchor, depth, anchor, depth, valid)):
-            raise AssertionError("that is the correct chain mask, nothing leaks: let a query also see the deeper "
-                                 "elements (d' > 0) of earlier anchors (a' < a), i.e. drop d' = 0 for earlier anchors")
-        bad = (got != want)[:, 0] & valid[:, :, None]  # [B, Q, S]: padding queries do not count
-        if bad.any():
-            b, q, s = bad.nonzero()[0].tolist()
-            query, key = (int(anchor[b, q]), int(depth[b, q])), (int(anchor[b, s]), int(depth[b, s]))
-            raise AssertionError(_mask_hint(query, key, bool(got[b, 0, q, s]), bool(valid[b, s])))
-    if partitions_still_match is None:
+    layouts = list(_mask_cases())
+    pairs = list(_FIRST_PAIRS) + [(q, key) for els in layouts for q in els for key in els]
+    for q, key in pairs:
+        got, want = _call(sees, *q, *key), exercises.chain_sees(*q, *key)
+        if not isinstance(got, (bool, int)) and not (isinstance(got, torch.Tensor) and got.numel() == 1):
+            raise AssertionError(f"sees({q[0]}, {q[1]}, {key[0]}, {key[1]}) returned {got!r}: return True or False")
+        if bool(got) != want:
+            raise AssertionError(f"query {q} {'sees' if got else 'does not see'} key {key}, which it "
+                                 f"{'must not' if got else 'must'}: {_pair_reason(q, key)}")
+    if leaked_token is None:
         raise AssertionError(_STUB)
-    if not isinstance(partitions_still_match, bool):
-        raise AssertionError(f"partitions_still_match should be True or False, got {partitions_still_match!r}")
-    from .train_walkthrough import partition_gradient_check
-
-    err = partition_gradient_check((2,), mask=leaky_mask)[2]["max_grad_rel_error"]
-    why = ("a segment recomputes only its own chains and earlier anchors' depth-0 context, not the other chains' "
-           "drafts a leaky query reads")
-    if partitions_still_match:
-        raise AssertionError(f"your mask leaks as asked, but the prediction is off: with S = 2 segments the gradients "
-                             f"differ from one pass's by {err:.2g} (relative); {why}")
-    _correct(f"your mask leaks as asked; one pass still trains, but with S = 2 segments the gradients differ from one "
-             f"pass's by {err:.2g} (relative): {why}. At inference those drafts do not exist yet")
+    if isinstance(leaked_token, bool) or not isinstance(leaked_token, int):
+        raise AssertionError(f"leaked_token is the index i of the token x[i], a whole number; got {leaked_token!r}")
+    hints = {5: "x[5] is what query (1, 2) must predict (element (a, d) predicts x[a + d + 2]); the key before it in "
+                "position carries the token one earlier",
+             3: "element (a', 0) embeds the next token x[a' + 1] with the target's state at a' (EAGLE's shift by one, "
+                "notebook 2), not x[a']"}
+    if leaked_token != 4:
+        raise AssertionError(hints.get(leaked_token, f"x[{leaked_token}] is off: element (a', 0) embeds x[a' + 1], and "
+                                       "here a' = 3"))
+    _correct(f"your rule is the chain mask on {len(layouts)} COD layouts ({len(pairs)} query-key pairs). Key (3, 0) "
+             "embeds x[4], the token chain 1 drafts at depth 1, right before query (1, 2). At inference that draft "
+             "comes out of the same pass, so mask slot 2 cannot see it (slot 1 holds only the mask embedding and "
+             "h_shared); a position-causal training mask would teach the head to lean on a token it never has")
 
 
 def check_cod_kept(kept, without_cod) -> None:
     """Check the elements COD keeps for n = 1000 loss-bearing anchors at K_train = 8 (r = 0.7, r_min = 0.2), and
     the count without COD.
 
-    >>> check_cod_kept(exercises.cod_kept_elements(1000, 8), 8 * 1000)
+    >>> _ = check_cod_kept(exercises.cod_kept_elements(1000, 8), 8 * 1000)
     correct: COD keeps 3374 of 8000 elements (42%): 1000, 700, 490, 343, 241, then 200 at each of depths 5-7
-    >>> check_cod_kept(3373.1, 8000)
+    >>> _ = check_cod_kept(3373.1, 8000)
     Traceback (most recent call last):
     AssertionError: 3373.1 is close: a depth keeps a whole number of elements, ceil(n * max(r^d, r_min)), so round each depth up (240.1 -> 241) before adding
     """
@@ -364,7 +442,7 @@ def check_fill_by_gather(fill_by_gather) -> None:
     """Check ``fill_by_gather(hidden, hidden_mapping, is_masked, shared_hidden)``: bit-equal to the reference,
     with no ``torch.where`` over the ``[N, H]`` output.
 
-    >>> check_fill_by_gather(exercises.fill_draft_hidden_by_gather)
+    >>> _ = check_fill_by_gather(exercises.fill_draft_hidden_by_gather)
     correct: bit-identical to fill_draft_hidden_ref on 3 ragged batches, float32 and bfloat16, one gather
     """
     for args, want in _fill_cases():
@@ -395,7 +473,7 @@ def check_moved_bytes(moved: float) -> None:
 
     Within 15 % of the full count passes: the hidden states are most of it.
 
-    >>> check_moved_bytes(exercises.draft_batch_bytes([3] * 64, 7, 576))
+    >>> _ = check_moved_bytes(exercises.draft_batch_bytes([3] * 64, 7, 576))
     correct: 1.38 MB (the full count, index arrays included, is 1.38 MB)
     """
     want = exercises.draft_batch_bytes([3] * 64, 7, 576, hidden_bytes=2)
@@ -417,64 +495,129 @@ def check_moved_bytes(moved: float) -> None:
     _correct(f"{moved / 1e6:.2f} MB (the full count, index arrays included, is {want / 1e6:.2f} MB)")
 
 
-# ---------------------------------------------------------------- notebook 6
-def check_train_head(train_head, *, steps: int = 20) -> None:
-    """Check ``train_head(setup, method, steps)`` -> ``(drafter, TrainResult)`` on a short run of each method.
-
-    Trains two one-layer heads for ``steps`` steps on ``train_walkthrough.tiny_setup()`` (a few
-    seconds on a CPU).
-    """
-    from .train_walkthrough import tiny_setup
-
-    setup = tiny_setup()
-    for method in ("eagle3", "peagle"):
-        out = _call(train_head, setup, method, steps)
-        if not (isinstance(out, tuple) and len(out) == 2):
-            raise AssertionError(f"train_head should return (drafter, run), got {type(out).__name__}")
-        drafter, run = out
-        got_method = getattr(getattr(drafter, "config", None), "method", None)
-        if got_method != method:
-            raise AssertionError(f"train_head(setup, {method!r}, ...) returned a head for {got_method!r}: pass the "
-                                 "method on to new_drafter and to TrainConfig")
-        if getattr(run, "steps", None) != steps:
-            raise AssertionError(f"asked for {steps} steps, the run reports {getattr(run, 'steps', None)}: "
-                                 "return what Trainer(...).run() returns, with TrainConfig(steps=steps)")
-        if not run.last_loss < run.first_loss:
-            raise AssertionError(f"{method}: the loss did not fall ({run.first_loss:.3f} -> {run.last_loss:.3f}): "
-                                 "train the drafter you return, on setup.train, with section 2's learning rate")
-    _correct(f"both methods train ({steps} steps each: the loss falls, the heads are the methods asked for)")
-
-
 # ---------------------------------------------------------------- notebook 5
+def _k_sweep_rows():
+    """Pairs of (P-EAGLE, EAGLE-3) rows of the committed H200 K sweep at the same (workload, c, K), as namespaces."""
+    import json
+    from types import SimpleNamespace as Row
+
+    from ..provenance import REPO
+
+    path = REPO / "docs" / "results" / "h200" / "k_scaling" / "bench.json"
+    if not path.exists():  # an installed package without the repository's docs: the check's own rows suffice
+        return []
+    rows = {}
+    for r in json.loads(path.read_text())["rows"]:
+        if r["method"] in ("peagle", "eagle3") and r.get("verify_ms") is not None:
+            rows.setdefault((r["workload"], r["concurrency"], r["k"]), {})[r["method"]] = Row(**r)
+    return [(cell, pair["peagle"], pair["eagle3"]) for cell, pair in sorted(rows.items()) if len(pair) == 2]
+
+
+def _speedup_hint(got: float, p, e) -> str:
+    """Why ``got`` is not P-EAGLE's speed-up at equal acceptance for rows ``p``, ``e``."""
+    want = exercises.speedup_at_equal_acceptance(p, e)
+    if math.isclose(got, 1 / want, rel_tol=1e-3):
+        return ("that is EAGLE-3 over P-EAGLE: at equal acceptance both yield the same tokens per step, so TPS goes "
+                "as 1 / step time; divide EAGLE-3's step by P-EAGLE's")
+    if math.isclose(got, e.draft_ms / p.draft_ms, rel_tol=1e-6):
+        return ("that compares the drafting alone; every step of both methods also pays the target's verify pass "
+                "and the draft-batch preparation, which dilute the cheaper drafting")
+    al = getattr(p, "acceptance_length", None), getattr(e, "acceptance_length", None)
+    if all(al) and math.isclose(got, (al[0] / p.step_ms) / (al[1] / e.step_ms), rel_tol=1e-6):
+        return ("that is the measured ratio, acceptance included; at equal acceptance both heads yield the same "
+                "tokens per step, so the acceptance lengths cancel and only the step times remain")
+    return (f"expected {want:.3f}: a step costs the verify pass + prep_ms + draft_ms (either method's verify time, "
+            "or their mean: both verify the same K + 1 tokens)")
+
+
 def check_speedup_at_equal_acceptance(speedup_at_equal_acceptance) -> None:
     """Check ``speedup_at_equal_acceptance(peagle_row, eagle3_row)``: P-EAGLE ÷ EAGLE-3 TPS at equal AL.
 
-    A row needs only ``verify_ms``, ``prep_ms`` and ``draft_ms`` (a sweep row has them all).
+    Any sound verify convention passes (``exercises.speedup_conventions``: the mean of the two
+    verify times, each row's own, either row's for both, or the whole step). Tried on rows of
+    its own and on every (workload, c, K) of the committed H200 K sweep.
 
-    >>> check_speedup_at_equal_acceptance(exercises.speedup_at_equal_acceptance)
-    correct: verify 1.2 ms, drafting 0.22 ms (P-EAGLE) against 0.63 ms (EAGLE-3): 1.28x at equal acceptance
+    >>> _ = check_speedup_at_equal_acceptance(exercises.speedup_at_equal_acceptance)  # doctest: +ELLIPSIS
+    correct: at equal acceptance P-EAGLE would reach ...x EAGLE-3's tokens/s at c = 1, K = 7 on chat ...
     """
     from types import SimpleNamespace as Row
 
-    # Roughly the H200 K sweep's c = 1, K = 7 chat cells, rounded.
-    peagle, eagle3 = Row(verify_ms=1.20, prep_ms=0.017, draft_ms=0.22), Row(verify_ms=1.22, prep_ms=0.014, draft_ms=0.63)
-    got, want = _call(speedup_at_equal_acceptance, peagle, eagle3), exercises.speedup_at_equal_acceptance(peagle, eagle3)
-    if not isinstance(got, (int, float)):
-        raise AssertionError(f"return one number (P-EAGLE's TPS over EAGLE-3's), got {type(got).__name__}")
-    if math.isclose(got, 1 / want, rel_tol=1e-3):
-        raise AssertionError(f"{got:.3f} is EAGLE-3 over P-EAGLE: at equal acceptance both yield the same tokens per "
-                             "step, so TPS is inversely proportional to step time; divide EAGLE-3's step by P-EAGLE's")
-    if math.isclose(got, (1.22 + 0.014 + 0.63) / (1.20 + 0.017 + 0.22), rel_tol=1e-6):
-        raise AssertionError("close, but each step used its own verify time: both verify the same K + 1 tokens "
-                             "through the same target, so the two measurements differ only by noise; use their mean")
-    if math.isclose(got, (1.21 + 0.63) / (1.21 + 0.22), rel_tol=1e-6):
-        raise AssertionError("close, but the draft-batch preparation (prep_ms) is left out of the step")
-    cases = [(peagle, eagle3), (Row(verify_ms=10.0, prep_ms=0.5, draft_ms=2.0), Row(verify_ms=10.0, prep_ms=0.5, draft_ms=7.5)),
-             (Row(verify_ms=2.0, prep_ms=0.0, draft_ms=0.4), Row(verify_ms=2.2, prep_ms=0.0, draft_ms=0.4))]
-    for p, e in cases:
-        g, w = _call(speedup_at_equal_acceptance, p, e), exercises.speedup_at_equal_acceptance(p, e)
-        if not math.isclose(g, w, rel_tol=1e-6):
-            raise AssertionError(f"P-EAGLE {vars(p)} against EAGLE-3 {vars(e)}: expected {w:.3f}, yours is {g:.3f}. "
-                                 "A step costs verify (the mean of the two) + prep + drafting")
-    _correct(f"verify {(peagle.verify_ms + eagle3.verify_ms) / 2:.1f} ms, drafting {peagle.draft_ms:.2f} ms (P-EAGLE) "
-             f"against {eagle3.draft_ms:.2f} ms (EAGLE-3): {want:.2f}x at equal acceptance")
+    cases = [(("own", 1, 4), Row(verify_ms=10.0, prep_ms=0.5, draft_ms=2.0), Row(verify_ms=10.0, prep_ms=0.5, draft_ms=7.5)),
+             (("own", 1, 4), Row(verify_ms=2.0, prep_ms=0.0, draft_ms=0.4), Row(verify_ms=2.2, prep_ms=0.1, draft_ms=1.6))]
+    sweep = _k_sweep_rows()
+    for cell, p, e in sweep + cases:  # the sweep's rows first: they have acceptance, so every hint can fire
+        got = _call(speedup_at_equal_acceptance, p, e)
+        if isinstance(got, bool) or not isinstance(got, (int, float)):
+            raise AssertionError(f"return one number (P-EAGLE's TPS over EAGLE-3's), got {type(got).__name__}")
+        ok = exercises.speedup_conventions(p, e).values()
+        if not min(ok) * (1 - 1e-6) <= got <= max(ok) * (1 + 1e-6):
+            where = "the check's own rows" if cell[0] == "own" else f"the H200 K sweep, {cell[0]}, c = {cell[1]}, K = {cell[2]}"
+            raise AssertionError(f"{where}: yours is {got:.3f}; {_speedup_hint(got, p, e)}")
+    at = next(((p, e) for (w, c, k), p, e in sweep if (w, c, k) == ("chat", 1, 7)), None)
+    if at is None:
+        _correct("P-EAGLE's speed-up at equal acceptance is right on the check's rows")
+        return
+    got = _call(speedup_at_equal_acceptance, *at)
+    _correct(f"at equal acceptance P-EAGLE would reach {got:.2f}x EAGLE-3's tokens/s at c = 1, K = 7 on chat "
+             f"(drafting {at[0].draft_ms:.2f} against {at[1].draft_ms:.2f} ms); right on all {len(sweep)} cells "
+             "of the H200 K sweep")
+
+
+# ---------------------------------------------------------------- notebook 6
+def check_weakest_depth(head, depth, reason) -> None:
+    """Check the prediction: which shipped head's held-out agreement falls most with depth, its weakest depth, and why.
+
+    Checked against the shipped heads' ``summary.json`` (``exercises.shipped_depth_agreement``);
+    ``reason`` is a key of ``exercises.DEPTH_REASONS``.
+
+    >>> _ = check_weakest_depth("peagle", 7, "a")  # doctest: +ELLIPSIS
+    correct: P-EAGLE's agreement falls from 0.84 at depth 0 to 0.48 at depth 7, EAGLE-3's only from 0.80 to 0.76: ...
+    >>> _ = check_weakest_depth("peagle", 7, "c")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    AssertionError: distance alone does not explain it: EAGLE-3's depth 6 also predicts 7 tokens ahead ...
+    """
+    acc = exercises.shipped_depth_agreement()
+    want_head, want_depth, _ = exercises.weakest_depth(acc)
+    if head is None or depth is None or reason is None:
+        raise AssertionError(_STUB)
+    p, e = acc["peagle"], acc["eagle3"]
+    if head not in acc:
+        raise AssertionError(f"head should be 'eagle3' or 'peagle', got {head!r}")
+    if head != want_head:
+        raise AssertionError(f"EAGLE-3 drafts one token a pass and feeds each draft back: its depth d sees the d "
+                             "tokens drafted before it, in training (training-time test) as at inference. So its "
+                             f"agreement falls only from {e[0]:.2f} at depth 0 to {min(e):.2f}. Which head's deeper "
+                             "slots know no more than its first?")
+    if isinstance(depth, bool) or not isinstance(depth, int) or not 0 <= depth < len(p):
+        raise AssertionError(f"depth should be a whole number from 0 to {len(p) - 1}, got {depth!r}")
+    if depth != want_depth:
+        first = ("depth 0 is the one slot fed the target's own hidden state of the token before it: it agrees most"
+                 if depth == 0 else f"depth {depth} agrees {p[depth]:.2f}, not the least")
+        raise AssertionError(f"{first}. Each deeper P-EAGLE slot is given the same mask embedding and shared_hidden "
+                             "as the one before, yet must guess one token further ahead")
+    if reason not in exercises.DEPTH_REASONS:
+        raise AssertionError(f"reason should be one of {sorted(exercises.DEPTH_REASONS)}, got {reason!r}")
+    if reason == "b":
+        import json
+
+        from ..heads import HEADS_DIR
+
+        curve = json.loads((HEADS_DIR / "peagle" / "summary.json").read_text())["curve"]
+        a, z = curve[0], curve[-1]
+        raise AssertionError(f"COD does train the deep depths on fewer positions (at least r_min = 20 % of them), but "
+                             f"fewer examples slow learning, they do not cap it: over the shipped head's last "
+                             f"{(z['tokens'] - a['tokens']) / 1e6:.0f} M training tokens its depth-{want_depth} agreement "
+                             f"moved from {a['depth_acc'][want_depth]:.3f} to {z['depth_acc'][want_depth]:.3f}, still far "
+                             f"under depth 0's {z['depth_acc'][0]:.2f}. Look at what a deep slot is given as input")
+    if reason == "c":
+        raise AssertionError(f"distance alone does not explain it: EAGLE-3's depth {len(e) - 1} also predicts "
+                             f"{len(e)} tokens ahead of the last verified one and still agrees {e[-1]:.2f}. What "
+                             "does its slot see that P-EAGLE's does not?")
+    _correct(f"P-EAGLE's agreement falls from {p[0]:.2f} at depth 0 to {p[want_depth]:.2f} at depth {want_depth}, "
+             f"EAGLE-3's only from {e[0]:.2f} to {min(e):.2f}: {exercises.DEPTH_REASONS['a']}, which EAGLE-3's "
+             "slot sees")
+
+
+# Every check hands on its answers, and lets an unanswered exercise pass by (see _hands_on_answers).
+for _name in [n for n in __all__ if n.startswith("check_")]:
+    globals()[_name] = _hands_on_answers(globals()[_name])

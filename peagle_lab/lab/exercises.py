@@ -6,17 +6,16 @@ solution against the library.
 
 | notebook | exercise                                                | solution                                  |
 | -------- | ------------------------------------------------------- | ----------------------------------------- |
-| 1        | predict the acceptance length at K=9, then measure it   | ``expected_acceptance_length``,           |
-|          |                                                         | ``simulate_acceptance_length``            |
-| 1        | predict tokens/s of each method from one step's timings | ``predicted_tokens_per_second``           |
+| 1        | verify one request's drafts by hand                     | ``verify_by_hand``                        |
+| 1        | count each method's drafter passes and slot-layers      | ``drafter_work``                          |
 | 2        | lay out one request's slots by hand                     | ``draft_row_by_hand``                     |
 | 2        | count the padding slots of a batch                      | ``num_padding_slots``                     |
 | 4        | fill the hidden states with a single gather             | ``fill_draft_hidden_by_gather``           |
 | 4        | bytes the fused kernels must move; achieved bandwidth   | ``draft_batch_bytes``                     |
-| 3        | break the mask so that a chain sees another chain       | ``leaky_chain_mask``                      |
+| 3        | the chain mask from inference; what a causal mask leaks | ``chain_sees``, ``leaked_input_token``    |
 | 3        | how many elements COD keeps                             | ``cod_kept_elements``                     |
 | 5        | P-EAGLE's speed-up if both heads accepted equally       | ``speedup_at_equal_acceptance``           |
-| 6        | train EAGLE-3 and P-EAGLE on the same budget            | ``train_tiny_heads``                      |
+| 6        | which head's agreement falls first with depth, and why  | ``weakest_depth``                         |
 """
 from __future__ import annotations
 
@@ -26,9 +25,10 @@ import torch
 
 from ..verify import verify_greedy
 
-__all__ = ["expected_acceptance_length", "simulate_acceptance_length", "predicted_tokens_per_second",
+__all__ = ["expected_acceptance_length", "simulate_acceptance_length", "verify_by_hand", "drafter_work",
            "draft_row_by_hand", "num_padding_slots", "fill_draft_hidden_by_gather", "draft_batch_bytes",
-           "leaky_chain_mask", "cod_kept_elements", "speedup_at_equal_acceptance", "train_tiny_heads"]
+           "chain_sees", "leaked_input_token", "cod_kept_elements", "speedup_at_equal_acceptance", "speedup_conventions", "DEPTH_REASONS",
+           "shipped_depth_agreement", "weakest_depth", "train_tiny_heads"]
 
 
 # ---------------------------------------------------------------- notebook 1
@@ -69,24 +69,48 @@ def simulate_acceptance_length(alpha: float, k: int, *, steps: int = 4000, vocab
     return 1.0 + result.num_accepted.float().mean().item()
 
 
-def predicted_tokens_per_second(method: str, *, verify_ms: float, pass_ms: float, k: int, alpha: float,
-                                prep_ms: float = 0.0) -> float:
-    """Tokens per second of one request, from one step's parts and the acceptance model.
+def verify_by_hand(drafts: list[int], target_choices: list[int]) -> list[int]:
+    """The tokens one request gains from a greedy verify step, written as a plain loop.
 
-    A step costs one target verify pass, the draft-batch prep and the drafter passes:
-    K of them for EAGLE-3, one for P-EAGLE (whose single pass carries K - 1 more slots,
-    which costs little while the pass is latency-bound). Each step yields AL tokens.
+    ``target_choices[i]`` is the target's greedy token at verify slot i of ``[new token,
+    d1 … dK]``: its choice *after* that slot, so ``target_choices[i]`` checks draft i + 1.
+    Drafts count while they equal those choices; the first mismatch ends the step with the
+    target's own choice there (the recovered token), and if all K pass, ``target_choices[K]``
+    is the bonus token. Every step gains accepted + 1 tokens, all of them the target's.
 
-    >>> round(predicted_tokens_per_second("peagle", verify_ms=10.0, pass_ms=2.0, k=4, alpha=0.5), 1)
-    161.5
-    >>> round(predicted_tokens_per_second("eagle3", verify_ms=10.0, pass_ms=2.0, k=4, alpha=0.5), 1)
-    107.6
+    >>> verify_by_hand([5, 9, 7], [5, 6, 7, 8])  # draft 2 rejected: draft 3 never counts
+    [5, 6]
+    >>> verify_by_hand([5, 6, 7], [5, 6, 7, 8])  # all accepted, plus the bonus token
+    [5, 6, 7, 8]
     """
-    passes = {"eagle3": k, "peagle": 1}
-    if method not in passes:
-        raise ValueError(f"method={method!r} must be 'eagle3' or 'peagle'")
-    step_ms = verify_ms + prep_ms + passes[method] * pass_ms
-    return 1000.0 * expected_acceptance_length(alpha, k) / step_ms
+    if len(target_choices) != len(drafts) + 1:
+        raise ValueError(f"target_choices has {len(target_choices)} tokens, expected K + 1 = {len(drafts) + 1}")
+    gained = []
+    for draft, choice in zip(drafts, target_choices):
+        if draft != choice:
+            return gained + [choice]  # recovered: the target's token replaces the first rejected draft
+        gained.append(draft)
+    return gained + [target_choices[len(drafts)]]  # bonus: the target's choice after the last draft
+
+
+def drafter_work(method: str, *, k: int, layers: int) -> tuple[int, int]:
+    """Drafter passes and slot-layers (slots x layers run) for one request in one decode step with K drafts.
+
+    The verified row has T = K + 1 slots. P-EAGLE runs one pass over R = T + K - 1 = 2K
+    slots (context, bonus, K - 1 mask slots, padding) through all its layers. EAGLE-3's first
+    pass is the same layout without mask slots (T = K + 1 slots), and each of its K - 1 later
+    passes carries one token: 2K slots in all, over K passes. Where a pass is launch- or
+    latency-bound (a GPU at small c), the cost follows the passes; where it is compute-bound
+    (a CPU), it follows the slot-layers.
+
+    >>> drafter_work("eagle3", k=5, layers=1), drafter_work("peagle", k=5, layers=4)
+    ((5, 10), (1, 40))
+    """
+    if method not in ("eagle3", "peagle") or k < 1 or layers < 1:
+        raise ValueError(f"method={method!r} must be 'eagle3' or 'peagle', k={k} and layers={layers} must be >= 1")
+    if method == "peagle":
+        return 1, 2 * k * layers
+    return k, ((k + 1) + (k - 1)) * layers
 
 
 # ---------------------------------------------------------------- notebook 2
@@ -178,22 +202,31 @@ def draft_batch_bytes(accepted: list[int], k: int, hidden_size: int, *, hidden_b
 
 
 # ---------------------------------------------------------------- notebook 3
-def leaky_chain_mask(anchor_q: torch.Tensor, depth_q: torch.Tensor, anchor_k: torch.Tensor, depth_k: torch.Tensor,
-                     valid_k: torch.Tensor) -> torch.Tensor:
-    """A *broken* training mask: a query also sees the deeper elements of earlier chains.
+def chain_sees(a: int, d: int, a_key: int, d_key: int) -> bool:
+    """Whether the training query of element (a, d) may attend to the key of element (a_key, d_key).
 
-    The correct rule (``train.mask.chain_visible``) lets query (a, d) see depth-0 keys with
-    anchor <= a and its own chain. Dropping "depth 0" lets chains read each other's drafts,
-    which never exist at inference; partitioning no longer recomputes everything a query
-    sees, so the partitioned gradients stop matching the single pass. Same signature and
-    output ``[B, 1, Q, S]`` as ``train.mask.chain_mask``.
+    Read it off inference: when chain a drafts, the drafter's KV cache holds the context
+    slots (depth 0) of every position up to a, and the slots its own pass wrote for chain a
+    at depths up to d. No other chain exists then, and neither do the tokens this pass is
+    still drafting. ``train.mask.chain_visible`` is the same rule on tensors.
+
+    >>> chain_sees(1, 2, 1, 0), chain_sees(1, 2, 1, 1), chain_sees(1, 2, 3, 0), chain_sees(3, 1, 1, 1)
+    (True, True, False, False)
     """
-    aq, dq = anchor_q[:, :, None], depth_q[:, :, None]  # [B, Q, 1]
-    ak, dk = anchor_k[:, None, :], depth_k[:, None, :]  # [B, 1, S]
-    m = (ak < aq) | ((ak == aq) & (dk <= dq))  # the leak: any depth of an earlier anchor
-    m = m & valid_k[:, None, :]
-    m = m | ~m.any(-1, keepdim=True)  # as chain_mask: padding queries see everything, not nothing
-    return m[:, None]
+    return (d_key == 0 and a_key <= a) or (a_key == a and d_key <= d)
+
+
+def leaked_input_token(a: int, d: int) -> int:
+    """The sequence index of the input token of key (a + d, 0), the latest depth-0 key a *position*-causal
+    mask would show query (a, d) (both sit at position a + d).
+
+    Element (a', 0) embeds x[a' + 1] (EAGLE's shift), so the key carries x[a + d + 1]: the
+    token chain a drafts at depth d - 1, one before the query's own label x[a + d + 2].
+
+    >>> leaked_input_token(1, 2)
+    4
+    """
+    return a + d + 1
 
 
 def cod_kept_elements(n: int, num_depths: int, ratio: float = 0.7, ratio_min: float = 0.2) -> int:
@@ -224,7 +257,64 @@ def speedup_at_equal_acceptance(peagle_row, eagle3_row) -> float:
     return step(eagle3_row) / step(peagle_row)
 
 
+def speedup_conventions(peagle_row, eagle3_row) -> dict[str, float]:
+    """The speed-up at equal acceptance under each sound way of counting the verify pass.
+
+    Both methods verify the same K + 1 tokens through the same target, so their two verify
+    times differ by noise: the mean of the two, each row's own, or either row's for both are
+    all right. A row with ``step_ms`` (a sweep row) adds the whole measured step, host time
+    included.
+
+    >>> from types import SimpleNamespace as Row
+    >>> sorted(round(v, 3) for v in speedup_conventions(Row(verify_ms=9.0, prep_ms=0.0, draft_ms=2.0),
+    ...                                                 Row(verify_ms=11.0, prep_ms=0.0, draft_ms=7.0)).values())
+    [1.385, 1.417, 1.455, 1.636]
+    """
+    p, e = peagle_row, eagle3_row
+    def step(r, verify):
+        return verify + (r.prep_ms or 0.0) + (r.draft_ms or 0.0)
+    out = {"mean verify": speedup_at_equal_acceptance(p, e),
+           "own verify": step(e, e.verify_ms) / step(p, p.verify_ms),
+           "P-EAGLE's verify": step(e, p.verify_ms) / step(p, p.verify_ms),
+           "EAGLE-3's verify": step(e, e.verify_ms) / step(p, e.verify_ms)}
+    if getattr(p, "step_ms", None) and getattr(e, "step_ms", None):
+        out["whole step"] = e.step_ms / p.step_ms
+    return out
+
+
 # ---------------------------------------------------------------- notebook 6
+DEPTH_REASONS = {
+    "a": "a P-EAGLE slot at depth d sees the mask embedding and shared_hidden, never the d tokens drafted "
+         "before it in the same pass",
+    "b": "COD keeps fewer positions at the deeper depths, so they train on fewer examples",
+    "c": "a deeper depth predicts a token further ahead, and further tokens are harder to predict",
+}
+
+
+def shipped_depth_agreement() -> dict[str, list[float]]:
+    """Held-out top-1 agreement with the target per training depth, of each shipped head (its ``summary.json``).
+
+    Depth d is the draft d + 1 tokens after the last verified one: depth 0 sees the target's hidden
+    state, P-EAGLE's deeper depths a mask slot each.
+    """
+    import json
+
+    from ..heads import HEADS_DIR
+
+    return {m: json.loads((HEADS_DIR / m / "summary.json").read_text())["heldout_depth_acc"] for m in ("eagle3", "peagle")}
+
+
+def weakest_depth(agreement: dict[str, list[float]]) -> tuple[str, int, str]:
+    """The head whose agreement falls most from depth 0, its weakest depth, and the reason (a key of DEPTH_REASONS).
+
+    >>> weakest_depth({"eagle3": [0.80, 0.79, 0.78], "peagle": [0.84, 0.70, 0.55]})
+    ('peagle', 2, 'a')
+    """
+    head = max(agreement, key=lambda m: agreement[m][0] - min(agreement[m]))
+    acc = agreement[head]
+    return head, acc.index(min(acc)), "a"
+
+
 def train_tiny_heads(methods=("eagle3", "peagle"), *, steps: int = 300, k: int = 3, seed: int = 0) -> dict[str, list]:
     """Train one head per method on the same tiny data and budget; return held-out acceptance.
 

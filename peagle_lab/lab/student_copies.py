@@ -7,17 +7,25 @@ The committed notebooks under ``notebooks/`` hold the solutions, so they run top
 - the part the student writes sits between a line ``# BEGIN SOLUTION`` and a line
   ``# END SOLUTION`` (a cell may hold several such regions; code outside them, such as a
   ``def`` line and its docstring, stays in the student copy);
-- the **next code cell is the check**: it calls a ``check_<name>(...)`` function of
-  :mod:`peagle_lab.lab.checks`, which raises an ``AssertionError`` with a hint until the
-  answer is right and prints a line starting ``correct:`` when it is;
+- a region at the top level of the cell sets names that a line before it gives a placeholder
+  (``padding = None  # your count``); a region inside a ``def`` is the function's body;
+- the **next code cell is the check** and hands the answer on: ``padding =
+  checks.check_padding_slots(padding)``. The ``check_<name>(...)`` function of
+  :mod:`peagle_lab.lab.checks` raises an ``AssertionError`` with a hint while the answer is
+  wrong, prints a line starting ``correct:`` and returns the answer when it is right, and,
+  while the exercise is unanswered, prints a line starting ``not answered yet:`` and returns
+  the worked answer, so "Run All" on a student copy still reaches the last cell;
 - the exercise and its check need only what the notebook's first code cell defines, so one
   exercise can be retried, and tested, alone.
 
 Converting an existing exercise: tag its code cell ``exercise``, wrap the answer in the two
-marker lines, add a check to :mod:`peagle_lab.lab.checks`, and call it in the cell below.
+marker lines, add a check to :mod:`peagle_lab.lab.checks` (and its worked answer to
+``checks._WORKED``), and call it in the cell below as ``answer = checks.check_<name>(answer)``.
 
-:func:`student_notebook` replaces each region by ``raise NotImplementedError("your code
-here")`` at the indentation of its ``# BEGIN SOLUTION`` line and clears every output;
+:func:`student_notebook` replaces each region inside a block by ``raise
+NotImplementedError("your code here")`` at the indentation of its ``# BEGIN SOLUTION`` line,
+and each region at the top level of a cell by the comment ``# your code here``, so the
+exercise cell runs and its placeholders stay; it clears every output;
 :func:`solutions_notebook` keeps the source, outputs included, under a banner.
 :func:`build_workshop` writes both for a folder of notebooks; relative paths in code
 (``"../docs/results/…"``) are rebased so the copies run from where they are written.
@@ -31,13 +39,14 @@ import os
 import re
 from pathlib import Path
 
-__all__ = ["BEGIN", "END", "STUB", "TAG", "NotebookConventionError", "exercise_cells", "strip_solutions",
+__all__ = ["BEGIN", "END", "STUB", "STUB_TOP", "TAG", "NotebookConventionError", "exercise_cells", "strip_solutions",
            "student_notebook", "solutions_notebook", "build_workshop"]
 
 TAG = "exercise"
 BEGIN = "# BEGIN SOLUTION"
 END = "# END SOLUTION"
 STUB = 'raise NotImplementedError("your code here")'
+STUB_TOP = "# your code here: replace this line with your answer"  # a region at the top level of a cell
 _RELATIVE = re.compile(r"""(["'])(\.\./[^"'\n]*)\1""")
 
 
@@ -57,9 +66,16 @@ def _source(cell: dict) -> str:
 def strip_solutions(source: str, where: str = "cell") -> str:
     """Replace each ``# BEGIN SOLUTION`` … ``# END SOLUTION`` region of ``source`` by the stub.
 
+    A region inside a block gets ``STUB`` (calling the function raises ``NotImplementedError``),
+    one at the top level ``STUB_TOP``, a comment, so the cell still runs.
+
     >>> print(strip_solutions("def f(x):\\n    # BEGIN SOLUTION\\n    return 2 * x\\n    # END SOLUTION\\n"))
     def f(x):
         raise NotImplementedError("your code here")
+    <BLANKLINE>
+    >>> print(strip_solutions("n = None\\n# BEGIN SOLUTION\\nn = 3\\n# END SOLUTION\\n"))
+    n = None
+    # your code here: replace this line with your answer
     <BLANKLINE>
 
     Raises:
@@ -76,7 +92,8 @@ def strip_solutions(source: str, where: str = "cell") -> str:
                 raise NotebookConventionError(f"{where}: line {n} opens a solution region inside the one opened "
                                               f"at line {open_at}; close it first with '{END}'")
             open_at = n
-            out.append(line[: len(line) - len(line.lstrip())] + STUB + "\n")
+            indent = line[: len(line) - len(line.lstrip())]
+            out.append(indent + (STUB if indent else STUB_TOP) + "\n")
         elif marker == END:
             if open_at is None:
                 raise NotebookConventionError(f"{where}: line {n} has '{END}' without a '{BEGIN}' before it")
@@ -145,9 +162,10 @@ def student_notebook(nb: dict, name: str = "notebook") -> dict:
     n = len(exercise_cells(nb, name))
     if n:
         out["cells"].insert(0, _banner(
-            f"*Student copy.* {n} exercise cell(s) below end in `raise NotImplementedError(\"your code here\")`: "
-            "replace that line with your answer, run the cell, then the check cell under it, which says what is "
-            "off until your answer is right. Cells after an exercise may use your answer."))
+            f"*Student copy.* {n} exercise cell(s) below say `your code here`: replace that line with your "
+            "answer, run the cell, then the check cell under it, which says what is off until your answer is "
+            "right. Until you answer, the check says so and hands the worked answer to the cells after it, so "
+            "\"Run All\" runs the whole notebook."))
     return out
 
 
