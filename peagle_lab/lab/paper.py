@@ -315,6 +315,15 @@ def update_readme(page: str, bench: Mapping, source: str = README_SWEEP) -> str:
     return replace_block(page, README_BEGIN, README_END, readme_table(bench, source))
 
 
+# ------------------------------------------------------------------ the paper's figures as numbers (scale lab)
+# What ``peagle_lab.lab.predict`` and notebook 8 compute with, read from the blog (SOURCES["blog"]):
+# GPT-OSS 20B, 4-layer P-EAGLE vs the RedHatAI EAGLE-3 head, vLLM, 1 × B200.
+# P-EAGLE ÷ EAGLE-3 throughput on SPEED-Bench per concurrency, each at its best K (Figure 6).
+SPEED_BENCH_SPEEDUP = {1: 1.69, 2: 1.61, 4: 1.54, 8: 1.45, 16: 1.40, 32: 1.22, 64: 1.25}
+# Acceptance length on HumanEval, {(method, K): AL} (the AL tables; the same figures as al_*_k3/k7 above).
+HUMANEVAL_AL = {("peagle", 3): 3.02, ("peagle", 7): 3.94, ("eagle3", 3): 2.65, ("eagle3", 7): 3.03}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m peagle_lab.lab.paper docs/paper.md [bench.json]``: rewrite the page's table.
 
