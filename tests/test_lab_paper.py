@@ -72,4 +72,8 @@ def test_our_setting_names_the_shipped_head_by_its_digest_not_a_copys_path(sweep
     cfg = {**sweep["config"], "heads": {"eagle3": "/tmp/x/eagle3", "peagle": "/tmp/x/peagle"}}
     cfg["head_digests"] = {"eagle3": head_digest(bundled_head_dir("eagle3")), "peagle": "0" * 16}
     line = paper.our_setting({**sweep, "config": cfg})
-    assert "(the shipped heads/eagle3)" in line and "(/tmp/x/peagle)" in line and "/tmp/x/eagle3" not in line
+    assert "(the shipped heads/eagle3)" in line and "peagle 4-layer (not the shipped head)" in line
+    assert "/tmp/x" not in line
+    del cfg["head_digests"]  # a run before fingerprints: its /tmp copy is named as such, not by its path
+    line = paper.our_setting({**sweep, "config": cfg})
+    assert "(a copy on the machine that ran it, not fingerprinted)" in line and "/tmp/x" not in line

@@ -107,7 +107,8 @@ def test_a_session_lands_archiving_the_sweeps_in_place_under_their_own_dates_and
     assert (results / "report.html").stat().st_mtime > (results / "sweeps" / "2026-12-03-d0f394e" / "bench.json").stat().st_mtime
     paper = (root / "docs" / "paper.md").read_text()
     table = _block(paper, "paper-vs-lab")
-    assert "commit fffffff" in table and "the shipped heads/peagle" in table and "6249d56" not in table
+    new_date = json.loads((results / "bench.json").read_text())["run_info"]["date"][:10]
+    assert new_date in table and "the shipped heads/peagle" in table and "2026-12-04" not in table
     headline = [_block((r / "docs/results/README.md").read_text(), "headline") for r in (REPO, root)]
     assert headline[0] != headline[1] and "| chat | 1 |" in headline[1]
     assert (root / "README.md").read_text() == (REPO / "README.md").read_text()  # its JSON did not change

@@ -10,6 +10,11 @@ method at its best K ∈ {3, 5, 7}, throughput as output tokens/s.
 ``markdown(bench)`` renders the table; ``docs/paper.md`` carries a copy between the
 ``BEGIN``/``END`` markers, which ``python -m peagle_lab.lab.paper docs/paper.md`` rewrites
 (``tests/test_lab_paper.py`` fails while the copy and the data disagree).
+
+``readme_table(bench)`` is the README's shorter "paper beside the lab" table (the headline figures in the
+same columns, the device, the heads and a link to the JSON), from the sweep ``README_SWEEP`` names: one
+constant to swap when a newer answer-to-EOS sweep lands. ``python -m peagle_lab.lab.paper --readme
+README.md`` rewrites it between ``README_BEGIN``/``README_END`` (``tests/test_readme.py`` checks it).
 """
 from __future__ import annotations
 
@@ -182,24 +187,27 @@ def _head_layers(method: str) -> int | None:
 
 def _head_origin(method: str, cfg: Mapping) -> str:
     """Where the run's ``method`` head came from: "the shipped heads/<method>" when its recorded digest
-    (``head_digests``, from 2026-12-04) is the bundled head's, else the path or origin the run recorded."""
+    (``head_digests``, from 2026-12-04) is the bundled head's; "not the shipped head" when it is another's; the
+    origin the run recorded when that names no path on the machine that ran it; else "not fingerprinted"."""
     from ..heads import bundled_head_dir
     from ..heads.io import head_digest
 
     digest, bundled = (cfg.get("head_digests") or {}).get(method), bundled_head_dir(method)
     if digest and bundled is not None and digest == head_digest(bundled):
         return f"the shipped heads/{method}"
-    return (cfg.get("heads") or {}).get(method, "bundled")
+    if digest:
+        return "not the shipped head"
+    origin = (cfg.get("heads") or {}).get(method, "bundled")
+    return "a copy on the machine that ran it, not fingerprinted" if origin.startswith("/") else origin
 
 
 def our_setting(bench: Mapping, source: str = "docs/results/h200/k_scaling/bench.json") -> str:
     """One sentence naming our device, versions, model, heads and command (from ``bench``'s provenance)."""
     info, cfg = bench.get("run_info") or {}, bench.get("config") or {}
     heads = ", ".join(f"{m} {_head_layers(m)}-layer ({_head_origin(m, cfg)})" for m in ("eagle3", "peagle"))
-    commit = (info.get("commit") or "?")[:7]
     return (f"Ours: {cfg.get('model', 'SmolLM2-135M-Instruct')}, heads {heads}, the peagle_lab engine, "
             f"{info.get('device', '?')}, {cfg.get('dtype', '?')}, torch {info.get('torch', '?')}, "
-            f"triton {info.get('triton', '?')}, commit {commit}, {info.get('date', '?')[:10]}; "
+            f"triton {info.get('triton', '?')}, {info.get('date', '?')[:10]} (the JSON's `run_info` names the commit); "
             f"{cfg.get('max_new_tokens', '?')} new tokens, temperature 0; values are chat / code "
             f"(chat: single-turn prompts in MT-Bench's eight categories; code: HumanEval prompts), "
             f"best K among {{3, 5, 7}} as in the blog; from `{source}`.")
