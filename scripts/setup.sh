@@ -17,4 +17,8 @@ if ! .venv/bin/python -c "import torch" 2>/dev/null; then
   fi
 fi
 .venv/bin/pip install -q -e ".[test,notebook,bench,docs]"
+# The project's JupyterLab defaults (scripts/jupyterlab/overrides.json): no "official Jupyter news?"
+# pop-up over the notebooks, no update checks. A user's own settings still win over these.
+mkdir -p .venv/share/jupyter/lab/settings
+cp scripts/jupyterlab/overrides.json .venv/share/jupyter/lab/settings/overrides.json
 .venv/bin/peagle-lab fetch

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import sys
 import time
 from pathlib import Path
 
@@ -33,7 +34,23 @@ _WIDGET_IMPORT = re.compile(r"^\s*(import ipywidgets|from ipywidgets |from peagl
                             r"|from peagle_lab\.lab import .*\bwidgets\b)", re.MULTILINE)
 _LIVE_FIGURE = re.compile(r"\b(LiveFigure|TrainingMonitor)\(")
 
+NEWS_QUESTION = "official Jupyter news"  # JupyterLab's toast: "Would you like to get notified about official Jupyter news?"
+
 pytestmark = pytest.mark.browser
+
+
+def test_the_project_jupyterlab_asks_nothing_about_news(lab):
+    """The override that scripts/setup.sh installs is what JupyterLab serves: no news question, no update checks."""
+    import urllib.request
+
+    url = f"{lab.url}/lab/api/settings/@jupyterlab/apputils-extension:notification?token={lab.token}"
+    with urllib.request.urlopen(url, timeout=30) as r:
+        served = json.loads(r.read())
+    defaults = {k: served["schema"]["properties"][k].get("default") for k in ("fetchNews", "checkForUpdates")}
+    assert defaults == {"fetchNews": "false", "checkForUpdates": False}, defaults  # overrides.json sets the defaults
+    assert "fetchNews" not in served["settings"], served["settings"]  # and no user setting stands in for it
+    installed = Path(sys.prefix) / "share" / "jupyter" / "lab" / "settings" / "overrides.json"
+    assert json.loads(installed.read_text()) == json.loads((ROOT / "scripts" / "jupyterlab" / "overrides.json").read_text())
 
 
 def widget_notebooks() -> list[Path]:
@@ -139,6 +156,10 @@ def _open_and_run(s: Session, n_code: int, n_figures: int) -> None:
     s.step(f"{n_figures} plotly figures render", lambda: page.wait_for_function(
         "n => document.querySelectorAll('.jp-NotebookPanel .js-plotly-plot .main-svg').length >= n",
         arg=n_figures))
+    news = page.get_by_text(NEWS_QUESTION)  # by now (minutes after loading) the toast would be up
+    if news.count():
+        s.fail(f"JupyterLab asked about news over the notebook: {news.first.inner_text()[:200]!r} "
+               "(scripts/setup.sh installs scripts/jupyterlab/overrides.json to stop it)")
 
 
 def _move_first_slider(s: Session, area) -> str:
