@@ -15,9 +15,9 @@ from peagle_lab.cli import main as cli_main
 
 @pytest.fixture(scope="module")
 def tiny_doc():
-    grid = replace(scale.TINY_GRID, shapes=("smollm2-135m", "gpt-oss-20b"), ks=(1, 3), depths=(1, 2))
-    with torch.inference_mode():
-        return scale.run_scale(grid, log=lambda line: None)
+    grid = replace(scale.TINY_GRID, shapes=("smollm2-135m", "gpt-oss-20b"), ks=(1, 3), depths=(1, 2),
+                   concurrency={"smollm2-135m": (1, 4), "gpt-oss-20b": (1, 4)}, new_tokens=4)
+    return scale.run_scale(grid, log=lambda line: None)
 
 
 def test_every_cell_is_measured_with_its_parts(tiny_doc):
@@ -28,7 +28,7 @@ def test_every_cell_is_measured_with_its_parts(tiny_doc):
     for r in rows:
         assert r["verify_ms"] > 0 and r["draft_ms"] > 0 and r["step_ms"] > 0
         assert r["host_ms"] >= 0
-        assert r["steps"] >= scale.TINY_GRID.new_tokens - 1  # random heads accept ~nothing: a token a step
+        assert r["steps"] >= 3  # random heads accept ~nothing: a token a step
     assert {r["layers"] for r in rows if r["shape"] == "smollm2-135m"} == {30, 2, 4}
     assert {r["layers"] for r in rows if r["shape"] == "gpt-oss-20b"} == {2, 4}
 

@@ -140,9 +140,8 @@ GPU_GRID = ScaleGrid(
     shapes=("smollm2-135m", "gpt-oss-20b", "llama-3.1-8b", "llama-3.2-1b", "qwen3-coder-30b-a3b"),
     concurrency={"smollm2-135m": (1, 8, 64), "gpt-oss-20b": CONCURRENCIES, "llama-3.1-8b": (1, 8, 64),
                  "llama-3.2-1b": (1, 8, 64), "qwen3-coder-30b-a3b": (1, 8, 64)})
-TINY_GRID = replace(GPU_GRID, shapes=("smollm2-135m", "gpt-oss-20b"),
-                    concurrency={"smollm2-135m": (1, 4), "gpt-oss-20b": (1, 4)}, ks=(1, 3), depths=(1, 2),
-                    prompt_tokens=12, new_tokens=4, device="cpu", dtype="float32", compile="off",
+TINY_GRID = replace(GPU_GRID, concurrency={"smollm2-135m": (1, 64), "gpt-oss-20b": (1, 8, 64)}, ks=(1, 4, 8),
+                    prompt_tokens=12, new_tokens=6, device="cpu", dtype="float32", compile="off",
                     time_budget_s=120.0, tiny=True)
 
 
@@ -160,7 +159,7 @@ def build_target(shape: ScaleShape, layers: int, grid: ScaleGrid) -> LlamaModel:
     torch.manual_seed(0)
     with torch.device(grid.device):
         model = LlamaModel(cfg)
-    return model.to(device=grid.device, dtype=getattr(torch, grid.dtype)).eval()
+    return model.to(device=grid.device, dtype=getattr(torch, grid.dtype)).eval().requires_grad_(False)
 
 
 def measure_cell(target: LlamaModel, drafter, method: str, k: int, c: int, grid: ScaleGrid) -> dict:
@@ -210,7 +209,8 @@ def _measure_shape(shape: ScaleShape, grid: ScaleGrid, deadline: float, rows: li
         target = models["target"]
         if (method, depth) not in models:  # drafters are built once a target: they do not depend on K or c
             models[(method, depth)] = random_drafter(
-                target, method, depth, draft_vocab_size=min(shape.draft_vocab_size, target.config.vocab_size))
+                target, method, depth, draft_vocab_size=min(shape.draft_vocab_size, target.config.vocab_size),
+            ).eval().requires_grad_(False)
         row = {"shape": shape.name, "layers": layers, "method": method, "depth": depth, "k": k, "concurrency": c,
                **measure_cell(target, models[(method, depth)], method, k, c, grid)}
         rows.append(row)
@@ -424,8 +424,7 @@ def main(argv: list[str] | None = None) -> int:
         tmp.write_text(json.dumps({**info, **doc}, indent=1) + "\n")
         tmp.replace(out)
 
-    with torch.inference_mode():
-        doc = run_scale(grid, log=lambda line: print(line, flush=True), checkpoint=write)
+    doc = run_scale(grid, log=lambda line: print(line, flush=True), checkpoint=write)
     print(f"wrote {out}: {len(doc['rows'])} cells in {doc['wall_s']} s; skipped {len(doc['skipped'])}")
     return 0
 

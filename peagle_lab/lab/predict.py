@@ -1,0 +1,219 @@
+"""Predict and check: throughput from step costs and acceptance, at any target shape the scale lab measured.
+
+One decode step yields AL(K) tokens a request and costs ``step(K, c)``, so at concurrency c::
+
+    TPS(K, c) = 1000 · c · AL(K) / step_ms(K, c)
+
+``step_ms`` comes from the scale lab (:mod:`peagle_lab.bench.scale`: this engine's verify, prep,
+drafter passes and host time with random weights at a target's shape); AL(K) = 1 + Σ_{i ≤ K} a_i
+from one of three acceptance sources:
+
+(a) **our heads**, measured: the per-position acceptance a_i of a K sweep's largest-K rows, per
+    workload and method (:func:`measured_acceptance`, pooled over concurrencies);
+(b) **the paper's**, a preset: the blog publishes HumanEval ALs at K = 3 and K = 7 for both
+    methods (``paper.HUMANEVAL_AL``). Two ALs fix the two parameters of the K-model's geometric
+    acceptance (:class:`~peagle_lab.lab.kmodel.Acceptance`): a_1, the first position's rate, and r,
+    the conditional rate of every later position (a_{i+1} = r · a_i). :func:`fit_geometric`
+    solves AL(3) and AL(7) for them exactly;
+(c) **sliders**: any ``Acceptance(first, decay)``.
+
+Each method is taken at its best K (1–8) and P-EAGLE / EAGLE-3 is the ratio of the two best
+throughputs (:func:`speedup_table`), printed beside the paper's per-concurrency speed-ups.
+
+The check (:func:`check_against_bench`): with (a) and the SmolLM2 step costs, the model predicts
+every cell of our measured sweep; it is right where each prediction lies within 10 % of the
+cell's measured decode throughput (``kmodel.measured_decode_tps``: 1000 · c · AL / step_ms).
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from ..bench.scale import step_costs
+from ..provenance import REPO
+from .kmodel import METHODS, Acceptance, acceptance_length, measured_decode_tps
+from .paper import HUMANEVAL_AL, SPEED_BENCH_SPEEDUP
+
+__all__ = ["fit_geometric", "paper_acceptance", "measured_acceptance", "al_at", "predicted_tps", "best_k",
+           "speedup_table", "check_against_bench", "check_summary", "baseline_strength", "load_scale",
+           "SCALE_JSON", "OUR_SWEEP", "PEAGLE_DEPTH", "KS"]
+
+KS = tuple(range(1, 9))
+PEAGLE_DEPTH = 4  # the shipped P-EAGLE head's layers (and the paper's GPT-OSS 20B drafter's)
+OUR_SWEEP = "docs/results/h200/k_scaling/bench.json"  # the K sweep of the shipped heads
+# the scale lab's JSON: the GPU run where one is committed, else the CPU rehearsal (tiny shapes)
+SCALE_JSON = ("docs/results/h100/scale/scale.json", "docs/results/h200/scale/scale.json",
+              "docs/results/cpu/scale/scale.json")
+
+
+def load_scale(path: str | Path | None = None) -> tuple[dict, str]:
+    """(the scale lab's JSON, its path relative to the repository): ``path``, else the first of ``SCALE_JSON``."""
+    candidates = [Path(path)] if path else [REPO / p for p in SCALE_JSON]
+    for p in candidates:
+        if p.is_file():
+            rel = p.resolve().relative_to(REPO) if p.resolve().is_relative_to(REPO) else p
+            return json.loads(p.read_text()), str(rel)
+    raise ValueError(f"no scale-lab JSON at {', '.join(map(str, candidates))}; run `peagle-lab scale --out FILE`")
+
+
+# ------------------------------------------------------------------ acceptance
+def _geometric_sum(r: float, k: int) -> float:
+    return float(k) if r == 1.0 else (1.0 - r ** k) / (1.0 - r)
+
+
+def fit_geometric(al3: float, al7: float) -> Acceptance:
+    """The geometric acceptance (a_1, r) whose AL(3) and AL(7) are ``al3`` and ``al7``.
+
+    AL(K) − 1 = a_1 · (1 + r + … + r^(K−1)), so (AL(7) − 1) / (AL(3) − 1) depends on r alone and
+    grows from 1 (r = 0) to 7/3 (r = 1): bisection finds r, then a_1 = (AL(3) − 1) / (1 + r + r²).
+
+    >>> a = fit_geometric(2.65, 3.03)  # the paper's EAGLE-3 on HumanEval
+    >>> round(a.first, 3), round(a.decay, 3)
+    (0.849, 0.593)
+    >>> fit_geometric(2.0, 1.5)
+    Traceback (most recent call last):
+    ValueError: AL(3)=2.0, AL(7)=1.5: expected 1 < AL(3) <= AL(7) <= 1 + 7/3 · (AL(3) − 1)
+    """
+    ratio = (al7 - 1.0) / (al3 - 1.0) if al3 > 1.0 else -1.0
+    if not 1.0 <= ratio <= 7.0 / 3.0:
+        raise ValueError(f"AL(3)={al3}, AL(7)={al7}: expected 1 < AL(3) <= AL(7) <= 1 + 7/3 · (AL(3) − 1)")
+    lo, hi = 0.0, 1.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if _geometric_sum(mid, 7) / _geometric_sum(mid, 3) < ratio else (lo, mid)
+    r = (lo + hi) / 2
+    first = (al3 - 1.0) / _geometric_sum(r, 3)
+    if first > 1.0:
+        raise ValueError(f"AL(3)={al3}, AL(7)={al7} need a first-position rate {first:.3f} > 1")
+    return Acceptance(first, r)
+
+
+def paper_acceptance() -> dict[str, Acceptance]:
+    """(b): each method's geometric acceptance fitted to the paper's HumanEval AL(3) and AL(7)."""
+    return {m: fit_geometric(HUMANEVAL_AL[(m, 3)], HUMANEVAL_AL[(m, 7)]) for m in METHODS}
+
+
+def measured_acceptance(bench: Mapping, workload: str) -> dict[str, tuple[float, ...]]:
+    """(a): per method, the per-position acceptance a_1 … a_K of the sweep's largest K at temperature 0,
+    pooled over concurrencies (weighted by drafts).
+
+    Raises:
+        ValueError: the sweep has no EAGLE-3 or P-EAGLE rows for ``workload``.
+    """
+    out = {}
+    for m in METHODS:
+        rows = [r for r in bench["rows"] if r["method"] == m and r["workload"] == workload and r["temperature"] == 0
+                and r.get("source", "peagle_lab") == "peagle_lab" and r["per_position_acceptance"]]
+        if not rows:
+            continue
+        k = max(r["k"] for r in rows)
+        top = [r for r in rows if r["k"] == k]
+        drafts = sum(r["num_drafts"] for r in top) or len(top)
+        out[m] = tuple(sum(r["per_position_acceptance"][i] * (r["num_drafts"] or 1) for r in top) / drafts
+                       for i in range(k))
+    if set(out) != set(METHODS):
+        have = sorted({r["workload"] for r in bench["rows"] if r["method"] in METHODS})
+        raise ValueError(f"workload={workload!r}: the sweep needs eagle3 and peagle rows; its workloads: {have}")
+    return out
+
+
+def al_at(acceptance: Acceptance | Sequence[float], k: int) -> float:
+    """AL(K) = 1 + a_1 + … + a_K from a geometric :class:`Acceptance` or measured a_i.
+
+    >>> al_at((0.7, 0.5, 0.3), 2), round(al_at(Acceptance(0.5, 0.5), 2), 3)
+    (2.2, 1.75)
+    """
+    if isinstance(acceptance, Acceptance):
+        return acceptance_length(acceptance, k)
+    if k > len(acceptance):
+        raise ValueError(f"K={k}: the measured acceptance has {len(acceptance)} positions")
+    return 1.0 + sum(acceptance[:k])
+
+
+# ------------------------------------------------------------------ prediction
+def predicted_tps(scale: Mapping, shape: str, method: str, k: int, concurrency: int,
+                  acceptance: Acceptance | Sequence[float], depth: int = PEAGLE_DEPTH) -> float:
+    """TPS(K, c) = 1000 · c · AL(K) / step_ms(K, c) at ``shape`` (P-EAGLE's drafter ``depth`` layers)."""
+    step = step_costs(scale, shape, method, k, concurrency, depth)["step_ms"]
+    return 1000.0 * concurrency * al_at(acceptance, k) / step
+
+
+def best_k(scale: Mapping, shape: str, method: str, concurrency: int, acceptance, depth: int = PEAGLE_DEPTH,
+           ks: Sequence[int] = KS) -> tuple[int, float]:
+    """(K, TPS) of the method's highest predicted throughput over ``ks`` (the smaller K on a tie)."""
+    tps = {k: predicted_tps(scale, shape, method, k, concurrency, acceptance, depth) for k in ks}
+    k = max(ks, key=lambda k: (round(tps[k], 9), -k))
+    return k, tps[k]
+
+
+def speedup_table(scale: Mapping, shape: str, acceptance: Mapping[str, object], depth: int = PEAGLE_DEPTH,
+                  ks: Sequence[int] = KS) -> list[dict]:
+    """Predicted P-EAGLE ÷ EAGLE-3 (each at its best K) at every concurrency the scale lab measured at
+    ``shape``, beside the paper's SPEED-Bench speed-up at that c (GPT-OSS 20B, B200).
+
+    Returns:
+        ``[{"concurrency", "peagle_k", "eagle3_k", "peagle_tps", "eagle3_tps", "ratio", "paper"}]``.
+    """
+    cs = sorted({r["concurrency"] for r in scale["costs"] if r["shape"] == shape and r["method"] == "peagle"
+                 and r["depth"] == depth})
+    if not cs:
+        raise ValueError(f"shape={shape!r}, P-EAGLE depth {depth}: not in the scale lab's costs")
+    out = []
+    for c in cs:
+        (pk, pt), (ek, et) = (best_k(scale, shape, m, c, acceptance[m], depth, ks) for m in ("peagle", "eagle3"))
+        out.append({"concurrency": c, "peagle_k": pk, "eagle3_k": ek, "peagle_tps": pt, "eagle3_tps": et,
+                    "ratio": pt / et, "paper": SPEED_BENCH_SPEEDUP.get(c)})
+    return out
+
+
+# ------------------------------------------------------------------ the check against our sweep
+def check_against_bench(scale: Mapping, bench: Mapping, shape: str = "smollm2-135m",
+                        depth: int = PEAGLE_DEPTH) -> list[dict]:
+    """Every temperature-0 EAGLE-3 / P-EAGLE cell of ``bench`` whose c the scale lab measured at ``shape``:
+    predicted decode TPS (acceptance (a) of the cell's workload, the scale lab's step) against measured.
+
+    Returns:
+        ``[{"workload", "method", "k", "concurrency", "predicted_tps", "measured_tps", "error",
+        "predicted_step_ms", "measured_step_ms"}]``, error = predicted / measured − 1.
+    """
+    measured_c = {r["concurrency"] for r in scale["costs"] if r["shape"] == shape}
+    rows = [r for r in bench["rows"] if r["method"] in METHODS and r["temperature"] == 0 and r["k"] >= 1
+            and r.get("source", "peagle_lab") == "peagle_lab" and r["concurrency"] in measured_c]
+    acc = {w: measured_acceptance(bench, w) for w in sorted({r["workload"] for r in rows})}
+    out = []
+    for r in sorted(rows, key=lambda r: (r["workload"], r["method"], r["concurrency"], r["k"])):
+        a = acc[r["workload"]][r["method"]]
+        step = step_costs(scale, shape, r["method"], r["k"], r["concurrency"], depth)["step_ms"]
+        pred = 1000.0 * r["concurrency"] * al_at(a, r["k"]) / step
+        meas = measured_decode_tps(r)
+        out.append({"workload": r["workload"], "method": r["method"], "k": r["k"], "concurrency": r["concurrency"],
+                    "predicted_tps": pred, "measured_tps": meas, "error": pred / meas - 1.0,
+                    "predicted_step_ms": step, "measured_step_ms": r["step_ms"]})
+    return out
+
+
+def check_summary(cells: Sequence[Mapping], tolerance: float = 0.10) -> dict:
+    """How many cells lie within ``tolerance`` (0.10 = 10 %), the largest |error|, and whether all do.
+
+    >>> check_summary([{"error": 0.05}, {"error": -0.12}])
+    {'cells': 2, 'within': 1, 'max_abs_error': 0.12, 'all_within': False}
+    """
+    errs = [abs(c["error"]) for c in cells]
+    within = sum(e <= tolerance for e in errs)
+    return {"cells": len(errs), "within": within, "max_abs_error": round(max(errs, default=0.0), 4),
+            "all_within": bool(errs) and within == len(errs)}
+
+
+def baseline_strength(bench: Mapping, workload: str) -> dict:
+    """How much EAGLE-3's AL gains from K = 3 to K = 7, ours (measured per position) beside the paper's
+    public baseline on HumanEval: a strong EAGLE-3 (deep training-time test) keeps accepting at depth."""
+    ours = measured_acceptance(bench, workload)
+    out = {"workload": workload}
+    for m in METHODS:
+        if len(ours[m]) >= 7:
+            out[f"ours_{m}"] = {"al3": al_at(ours[m], 3), "al7": al_at(ours[m], 7),
+                                "gain": al_at(ours[m], 7) - al_at(ours[m], 3)}
+        out[f"paper_{m}"] = {"al3": HUMANEVAL_AL[(m, 3)], "al7": HUMANEVAL_AL[(m, 7)],
+                             "gain": HUMANEVAL_AL[(m, 7)] - HUMANEVAL_AL[(m, 3)]}
+    return out

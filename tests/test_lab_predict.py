@@ -1,0 +1,114 @@
+"""Predict and check (peagle_lab.lab.predict) on committed data: the K sweep and the scale lab's JSON."""
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from peagle_lab.lab import predict
+from peagle_lab.lab.kmodel import Acceptance, measured_decode_tps
+from peagle_lab.lab.paper import HUMANEVAL_AL, SPEED_BENCH_SPEEDUP
+from peagle_lab.provenance import REPO
+
+
+@pytest.fixture(scope="module")
+def bench():
+    return json.loads((REPO / predict.OUR_SWEEP).read_text())
+
+
+@pytest.fixture(scope="module")
+def scale_doc():
+    return predict.load_scale()[0]
+
+
+def _scale_from_bench(bench, workload):
+    """A scale-lab document whose SmolLM2 costs are the sweep's own measured step parts (one workload)."""
+    costs = [{"shape": "smollm2-135m", "method": r["method"], "depth": 1 if r["method"] == "eagle3" else 4,
+              "k": r["k"], "concurrency": r["concurrency"], "verify_ms": r["verify_ms"], "prep_ms": r["prep_ms"],
+              "draft_ms": r["draft_ms"], "host_ms": r["step_ms"] - r["verify_ms"] - r["prep_ms"] - r["draft_ms"],
+              "step_ms": r["step_ms"]}
+             for r in bench["rows"] if r["workload"] == workload and r["method"] != "baseline" and r["temperature"] == 0]
+    return {"costs": costs}
+
+
+def test_fit_geometric_reproduces_the_papers_two_als():
+    for m in ("eagle3", "peagle"):
+        acc = predict.paper_acceptance()[m]
+        assert predict.al_at(acc, 3) == pytest.approx(HUMANEVAL_AL[(m, 3)], abs=1e-9)
+        assert predict.al_at(acc, 7) == pytest.approx(HUMANEVAL_AL[(m, 7)], abs=1e-9)
+    acc = predict.paper_acceptance()
+    assert acc["peagle"].decay > acc["eagle3"].decay  # P-EAGLE keeps accepting at depth in the paper
+
+
+@pytest.mark.parametrize("al3, al7", [(1.0, 2.0), (2.0, 1.9), (2.0, 3.5), (3.9, 4.5)])
+def test_fit_geometric_rejects_als_no_geometric_acceptance_has(al3, al7):
+    with pytest.raises(ValueError, match="AL"):
+        predict.fit_geometric(al3, al7)
+
+
+def test_measured_acceptance_pools_the_largest_k(bench):
+    acc = predict.measured_acceptance(bench, "code")
+    k = max(r["k"] for r in bench["rows"] if r["method"] == "peagle" and r["workload"] == "code")
+    top = [r for r in bench["rows"] if r["method"] == "peagle" and r["workload"] == "code" and r["k"] == k]
+    assert len(acc["peagle"]) == k
+    lo = min(r["per_position_acceptance"][0] for r in top)
+    hi = max(r["per_position_acceptance"][0] for r in top)
+    assert lo <= acc["peagle"][0] <= hi
+    with pytest.raises(ValueError, match="workloads"):
+        predict.measured_acceptance(bench, "poetry")
+
+
+def test_al_at_rejects_k_past_the_measured_positions():
+    with pytest.raises(ValueError, match="K=4"):
+        predict.al_at((0.7, 0.5, 0.3), 4)
+    assert predict.al_at(Acceptance(1.0, 1.0), 5) == 6.0
+
+
+@pytest.mark.parametrize("workload", ["chat", "code"])
+def test_check_is_within_ten_percent_when_the_step_costs_are_the_sweeps_own(bench, workload):
+    """With the measured steps, only the acceptance model (per position from the largest K) can err."""
+    rows = {"rows": [r for r in bench["rows"] if r["workload"] == workload]}
+    cells = predict.check_against_bench(_scale_from_bench(bench, workload), rows)
+    summary = predict.check_summary(cells)
+    assert summary["cells"] == sum(r["method"] != "baseline" and r["temperature"] == 0 for r in rows["rows"])
+    assert summary["all_within"], summary
+    for c in cells:
+        assert c["error"] == pytest.approx(c["predicted_tps"] / c["measured_tps"] - 1)
+        assert c["predicted_step_ms"] == pytest.approx(c["measured_step_ms"])
+
+
+def test_check_against_the_committed_scale_json(bench, scale_doc):
+    cells = predict.check_against_bench(scale_doc, bench)
+    cs = {r["concurrency"] for r in scale_doc["costs"] if r["shape"] == "smollm2-135m"}
+    assert cells and {c["concurrency"] for c in cells} == cs & {r["concurrency"] for r in bench["rows"]}
+    one = cells[0]
+    row = next(r for r in bench["rows"] if r["workload"] == one["workload"] and r["method"] == one["method"]
+               and r["k"] == one["k"] and r["concurrency"] == one["concurrency"])
+    assert one["measured_tps"] == pytest.approx(measured_decode_tps(row))
+    assert math.isfinite(predict.check_summary(cells)["max_abs_error"])
+
+
+def test_speedup_table_sits_beside_the_papers(scale_doc):
+    table = predict.speedup_table(scale_doc, "gpt-oss-20b", predict.paper_acceptance())
+    assert table and [r["concurrency"] for r in table] == sorted(r["concurrency"] for r in table)
+    for r in table:
+        assert r["ratio"] == pytest.approx(r["peagle_tps"] / r["eagle3_tps"])
+        assert r["paper"] == SPEED_BENCH_SPEEDUP[r["concurrency"]]
+        assert 1 <= r["peagle_k"] <= 8 and 1 <= r["eagle3_k"] <= 8
+    with pytest.raises(ValueError, match="depth 3"):
+        predict.speedup_table(scale_doc, "gpt-oss-20b", predict.paper_acceptance(), depth=3)
+
+
+def test_baseline_strength_reads_both_gains(bench):
+    s = predict.baseline_strength(bench, "code")
+    acc = predict.measured_acceptance(bench, "code")["eagle3"]
+    assert s["ours_eagle3"]["gain"] == pytest.approx(sum(acc[3:7]))
+    assert s["paper_eagle3"]["gain"] == pytest.approx(3.03 - 2.65)
+
+
+def test_load_scale_names_its_file(tmp_path):
+    doc, path = predict.load_scale()
+    assert path in predict.SCALE_JSON and doc["costs"]
+    with pytest.raises(ValueError, match="peagle-lab scale"):
+        predict.load_scale(tmp_path / "none.json")
