@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -58,7 +59,7 @@ def test_the_mechanism_figure_names_both_slot_kinds():
 def test_the_readme_carries_the_table_of_the_committed_json():
     """Stale? Run `python -m peagle_lab.lab.paper --readme README.md` and commit README.md."""
     page = README.read_text()
-    bench = json.loads((ROOT / paper.README_SWEEP).read_text())
+    bench = paper.load_sweep(ROOT / paper.README_SWEEP)
     assert paper.update_readme(page, bench) == page
 
 
@@ -76,3 +77,27 @@ def test_every_local_link_of_the_readme_exists():
                                   "docs/training.md", "docs/vllm.md", "docs/engine.md", "docs/results/history.md"])
 def test_the_readme_links_where_to_go_next(page):
     assert page in _local_links(README.read_text())
+
+
+def test_the_table_reads_a_folder_of_workload_files_as_the_answer_length_session_writes_them(tmp_path):
+    """Swapping README_SWEEP for a folder of mt_bench/ and code/ bench files gives the same table, chat named
+    mt_bench; files from two commits are refused."""
+    bench = paper.load_sweep(ROOT / paper.README_SWEEP)
+    for workload, ours in (("mt_bench", "chat"), ("code", "code")):
+        rows = [{**r, "workload": workload} for r in bench["rows"] if r["workload"] == ours]
+        (tmp_path / workload).mkdir()
+        (tmp_path / workload / "bench.json").write_text(json.dumps({**bench, "rows": rows}))
+    merged = paper.load_sweep(tmp_path)
+    assert paper.lab_workloads(merged) == ("mt_bench", "code")
+    table, folder_table = paper.readme_table(bench), paper.readme_table(merged, str(tmp_path))
+    assert folder_table.replace("lab (mt_bench / code)", "lab (chat / code)").replace(
+        f"[{tmp_path.name}]({tmp_path})", f"[bench.json]({paper.README_SWEEP})") == table
+    doc = json.loads((tmp_path / "code" / "bench.json").read_text())
+    doc["run_info"]["commit"] = "0" * 40
+    (tmp_path / "code" / "bench.json").write_text(json.dumps(doc))
+    with pytest.raises(ValueError, match="different commits"):
+        paper.load_sweep(tmp_path)
+    shutil.rmtree(tmp_path / "code")
+    shutil.rmtree(tmp_path / "mt_bench")
+    with pytest.raises(ValueError, match="neither a bench.json"):
+        paper.load_sweep(tmp_path)
