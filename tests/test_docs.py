@@ -74,7 +74,7 @@ def test_every_page_is_in_the_toctree():
     entries = toctree_entries((DOCS / "index.md").read_text())
     missing = [page for page in markdown_pages() if page not in entries]
     assert not missing, f"add these pages to the toctree in docs/index.md: {missing}"
-    assert "api" in entries and "results/README" in entries
+    assert "api" in entries and "results/README" in entries and "results/history" in entries
 
 
 def test_every_toctree_entry_is_a_page_or_in_progress():
