@@ -158,57 +158,7 @@ def test_h200_wait_fetches_only_the_heads_named_in_fetch_heads(tmp_path):
         assert not any(m.name.startswith("peagle-4l") for m in tar.getmembers())
 
 
-def _sweep_session(tmp_path, fail_match="", skip="", bench_flags=""):
-    """Run sweep_session_h200.sh with a stand-in python that logs its arguments (and fails on FAIL_MATCH)."""
-    tmp_path.mkdir(parents=True, exist_ok=True)
-    fake = tmp_path / "python"
-    fake.write_text('#!/bin/bash\necho "$*" >> "$CALLS"\n'
-                    '[ -n "$FAIL_MATCH" ] && [[ "$*" == *"$FAIL_MATCH"* ]] && exit 3\nexit 0\n')
-    fake.chmod(0o755)
-    model = tmp_path / "cache" / "models" / "SmolLM2-135M-Instruct"
-    model.mkdir(parents=True)
-    (model / "model.safetensors").write_bytes(b"")  # bench_h200.sh only checks that the model is staged
-    out, calls = tmp_path / "out", tmp_path / "calls.log"
-    env = {"PATH": "/usr/bin:/bin", "OUT": str(out), "PYTHON": str(fake), "CALLS": str(calls), "FAIL_MATCH": fail_match,
-           "PEAGLE_LAB_CACHE": str(tmp_path / "cache"), "PEAGLE_LAB_COMMIT": "c0ffee", "SKIP": skip,
-           "BENCH_FLAGS": bench_flags}
-    run = subprocess.run(["bash", "scripts/gpu/sweep_session_h200.sh"], cwd=REPO, capture_output=True, text=True,
-                         timeout=60, env=env)
-    return run, out, calls.read_text().splitlines() if calls.exists() else []
-
-
-def test_sweep_session_runs_sweep_then_k_scaling_then_the_suite_and_reports_each_stage(tmp_path):
-    run, out, calls = _sweep_session(tmp_path)
-    assert run.returncode == 0, run.stdout + run.stderr
-    benches = [c for c in calls if c.startswith("-m peagle_lab.bench.cli") or c.startswith("-m peagle_lab.cli bench")]
-    assert len(benches) == 2 and benches[0].startswith("-m peagle_lab.bench.cli")  # the full sweep comes first
-    assert benches[0].endswith("--min-prompts 16 --time-budget-s 780 --no-progress")  # its flags win over the defaults
-    assert f"--out {out}/sweep" in benches[0] and f"--out {out}/k_scaling" in benches[1]
-    assert "-k 2 3 4 5 7 -c 1 64" in benches[1] and "--no-report" in benches[1]
-    assert (out / "k_scaling" / "bench.log").exists()  # the bench's output, beside its JSON
-    assert calls.index(benches[1]) < next(i for i, c in enumerate(calls) if c.startswith("-m pytest -m gpu"))
-    assert list(json.loads((out / "stage_seconds.json").read_text())) == ["sweep", "k_scaling", "suite"]
-    assert "commit c0ffee" in (out / "sweep_session.log").read_text()
-
-
-def test_sweep_session_keeps_going_past_a_failed_stage_and_says_which_failed(tmp_path):
-    run, out, calls = _sweep_session(tmp_path, fail_match="peagle_lab.cli bench")
-    assert run.returncode == 1
-    assert "failed: k_scaling" in run.stdout and any(c.startswith("-m pytest -m gpu") for c in calls)
-    bad, _, calls = _sweep_session(tmp_path / "b", skip="sweeps")
-    assert bad.returncode == 2 and "unknown stage 'sweeps'" in bad.stdout and calls == []
-    run, out, calls = _sweep_session(tmp_path / "c", skip="suite")
-    assert run.returncode == 0 and not any(c.startswith("-m pytest") for c in calls)
-    assert list(json.loads((out / "stage_seconds.json").read_text())) == ["sweep", "k_scaling"]
-
-
-def test_sweep_session_gives_bench_flags_to_both_bench_stages_last_so_they_win(tmp_path):
-    """BENCH_FLAGS turns the session into a CPU rehearsal (the header's command): both bench stages must end with
-    them, since a bench flag given twice takes its last value."""
-    run, _, calls = _sweep_session(tmp_path, bench_flags="--device cpu -c 1 64 --max-new-tokens 8")
-    assert run.returncode == 0, run.stdout + run.stderr
-    benches = [c for c in calls if c.startswith(("-m peagle_lab.bench.cli", "-m peagle_lab.cli bench"))]
-    assert len(benches) == 2 and all(b.endswith(" --device cpu -c 1 64 --max-new-tokens 8") for b in benches)
+# sweep_session_h200.sh's tests are in tests/test_session_script.py, beside train_heads_h200.sh's.
 
 
 def test_h200_wait_says_at_once_that_no_pipeline_runs_on_a_fresh_machine(tmp_path):

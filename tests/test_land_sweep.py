@@ -189,3 +189,68 @@ def test_the_checks_after_landing_name_each_failed_test_and_notebook_cell(tmp_pa
     assert len(failed) == 2, failed
     assert failed[0].startswith("tests/test_reads_sweep.py::test_peak_moved")
     assert failed[1].startswith(land_sweep.NOTEBOOK)
+
+
+# ---------------------------------------------------------------- answer-length sessions (issue 49)
+
+def _answer_session(tmp_path: Path, digests: dict, device: str = "NVIDIA H100 80GB HBM3",
+                    mt_commit: str = NEW) -> Path:
+    """An answer-length session as h200_wait.sh brings it back: answer_length.tgz (code/, mt_bench/), the suite,
+    the scale lab, doctor.json and the session's record; the rows are the committed stop-at-EOS K sweep's."""
+    parts, fetched = tmp_path / "parts", tmp_path / "fetched"
+    fetched.mkdir(parents=True)
+    src = json.loads((RESULTS / "k_scaling" / "stop_at_eos" / "bench.json").read_text())
+    for w, source, commit in (("code", "code", NEW), ("mt_bench", "chat", mt_commit)):
+        doc = json.loads(json.dumps(src))
+        doc["run_info"].update(commit=commit, device=device, date="2026-12-06T04:20:00+00:00")
+        doc["config"].update(head_digests=digests, workloads=[w])
+        doc["rows"] = [dict(r, workload=w) for r in doc["rows"] if r["workload"] == source]
+        doc["skipped"] = []
+        (parts / "answer_length" / w).mkdir(parents=True)
+        (parts / "answer_length" / w / "bench.json").write_text(json.dumps(doc))
+        (parts / "answer_length" / w / "bench.log").write_text(f"{w} log\n")
+    (parts / "gpu_suite").mkdir()
+    (parts / "gpu_suite" / "gpu_suite.json").write_text(json.dumps(
+        {"device": device, "commit": NEW, "exit_code": 0, "tests": 92, "failures": 0, "errors": 0, "skipped": 0,
+         "passed": 92}))
+    (parts / "scale_lab").mkdir()
+    (parts / "scale_lab" / "scale.json").write_text("{}")
+    for name in ("answer_length", "gpu_suite", "scale_lab"):
+        _pack(parts / name, fetched)
+    (fetched / "stage_seconds.json").write_text('{"answer_code": 250}')
+    (fetched / "sweep_session.log").write_text("### done\n")
+    (fetched / "doctor.json").write_text('{"ok": true}')
+    return fetched
+
+
+def test_an_answer_length_session_lands_beside_the_sweeps_with_its_goals(tmp_path, land_sweep, shipped_digests):
+    fetched, root = _answer_session(tmp_path, shipped_digests), tmp_path / "repo"
+    (root / "docs" / "results").mkdir(parents=True)
+    assert land_sweep.main([str(fetched), "--root", str(root)]) == 0  # an H100 is fine
+    dest = root / "docs" / "results" / "h100" / "answer_length" / f"2026-12-06-{NEW[:7]}"
+    assert (dest / "code" / "bench.log").read_text() == "code log\n" and (dest / "mt_bench" / "bench.json").is_file()
+    assert {p.name for p in dest.iterdir()} >= {"stage_seconds.json", "sweep_session.log", "doctor.json", "summary.json"}
+    assert json.loads((root / "docs/results/h100" / f"gpu_suite_2026-12-06-{NEW[:7]}" / "gpu_suite.json").read_text())[
+        "passed"] == 92
+    assert (root / "docs/results/h100/scale/scale.json").read_text() == "{}"
+    summary = json.loads((dest / "summary.json").read_text())
+    code1 = next(c for c in summary["columns"] if (c["workload"], c["c"]) == ("code", 1))
+    assert code1["best"]["peagle"]["k"] == 7 and code1["p_over_e3"] == pytest.approx(1808.8 / 1380.8, abs=1e-3)
+    goals = {g["goal"]: g["status"] for g in summary["goals"]}
+    assert goals["P-EAGLE/EAGLE-3 >= 1.3x, code, c = 1"] == "PASS"
+    assert goals["eagle3 best K <= 4, code, c = 1"] == "PASS" and len(goals) == 7
+    assert land_sweep.main([str(fetched), "--root", str(root)]) == 2  # the same session twice: refused
+
+
+@pytest.mark.parametrize("change, expected", [
+    (dict(device="CPU (x86_64, 2 cores)"), "not an H100 or H200"),
+    (dict(mt_commit="e" * 40), "different commits"),
+    (dict(digests={"eagle3": "0" * 16, "peagle": "1" * 16}), "not the shipped ones"),
+])
+def test_an_answer_length_session_that_does_not_fit_is_refused(tmp_path, land_sweep, shipped_digests, change,
+                                                               expected):
+    fetched, root = _answer_session(tmp_path, **{"digests": shipped_digests, **change}), tmp_path / "repo"
+    (root / "docs" / "results").mkdir(parents=True)
+    with pytest.raises(land_sweep.LandError, match=expected):
+        land_sweep.land_answer_length(fetched, root)
+    assert not any(p.is_file() for p in root.rglob("*"))

@@ -82,3 +82,76 @@ def test_a_bad_knob_stops_the_session_before_the_data_stage(tmp_path, knobs, say
                          text=True, timeout=120)
     assert run.returncode == 2 and says in run.stdout
     assert not (tmp_path / "work" / "data").exists()  # no device time spent on data
+
+
+# ---------------------------------------------------------------- sweep_session_h200.sh (the benchmark session)
+
+def _sweep_session(tmp_path, fail_match="", skip="", bench_flags="", **knobs):
+    """Run sweep_session_h200.sh with a stand-in python that logs its arguments (and fails on FAIL_MATCH)."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    fake = tmp_path / "python"
+    fake.write_text('#!/bin/bash\necho "$*" >> "$CALLS"\n'
+                    '[ -n "$FAIL_MATCH" ] && [[ "$*" == *"$FAIL_MATCH"* ]] && exit 3\n'
+                    '[[ "$*" == *"doctor --json"* ]] && echo "{\\"ok\\": true}"\n'
+                    '[ "$1 $2 $3" = "-m peagle_lab.bench.scale --out" ] && echo "{}" > "$4"\nexit 0\n')
+    fake.chmod(0o755)
+    model = tmp_path / "cache" / "models" / "SmolLM2-135M-Instruct"
+    model.mkdir(parents=True)
+    (model / "model.safetensors").write_bytes(b"")  # bench_h200.sh only checks that the model is staged
+    out, calls = tmp_path / "out", tmp_path / "calls.log"
+    env = {"PATH": "/usr/bin:/bin", "OUT": str(out), "PYTHON": str(fake), "CALLS": str(calls), "FAIL_MATCH": fail_match,
+           "PEAGLE_LAB_CACHE": str(tmp_path / "cache"), "PEAGLE_LAB_COMMIT": "c0ffee", "SKIP": skip,
+           "BENCH_FLAGS": bench_flags, **knobs}
+    run = subprocess.run(["bash", "scripts/gpu/sweep_session_h200.sh"], cwd=REPO, capture_output=True, text=True,
+                         timeout=60, env=env)
+    return run, out, calls.read_text().splitlines() if calls.exists() else []
+
+
+def _benches(calls):
+    return [c for c in calls if c.startswith("-m peagle_lab.bench.cli")]
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+def test_sweep_session_runs_the_answer_stages_then_the_scale_lab_the_suite_and_doctor(tmp_path):
+    run, out, calls = _sweep_session(tmp_path)
+    assert run.returncode == 0, run.stdout + run.stderr
+    code, mt = _benches(calls)
+    for bench, w in ((code, "code"), (mt, "mt_bench")):
+        assert f"--out {out}/answer_length/{w}" in bench
+        # bench_h200.sh's own flags first, the answer-length flags after them, so they win
+        assert bench.index("--ignore-eos") < bench.index("--stop-at-eos")
+        assert bench.endswith(f"--workloads {w} --time-budget-s {240 if w == 'code' else 270}")
+        assert "-k 1 2 3 4 5 6 7 8 --extra-k -c 1 64 --max-new-tokens 1024" in bench and "--min-prompts 32" in bench
+    order = [next(i for i, c in enumerate(calls) if c.startswith(p)) for p in
+             ("-m peagle_lab.bench.cli", "-m peagle_lab.bench.scale", "-m pytest -m gpu", "-m peagle_lab.cli doctor")]
+    assert order == sorted(order)
+    assert json.loads((out / "doctor.json").read_text()) == {"ok": True}
+    stages = ["answer_code", "answer_mt_bench", "scale_lab", "suite", "doctor"]
+    if not (REPO / "scripts/gpu/scale_lab_gpu.sh").is_file():
+        stages.remove("scale_lab")
+    assert list(json.loads((out / "stage_seconds.json").read_text())) == stages
+    assert "commit c0ffee" in (out / "sweep_session.log").read_text()
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+def test_sweep_session_keeps_going_past_a_failed_stage_and_runs_the_suite_only_with_time_left(tmp_path):
+    run, out, calls = _sweep_session(tmp_path, fail_match="--workloads code")
+    assert run.returncode == 1 and "failed: answer_code" in run.stdout
+    assert len(_benches(calls)) == 2 and any(c.startswith("-m pytest -m gpu") for c in calls)
+    bad, _, calls = _sweep_session(tmp_path / "b", skip="sweep")
+    assert bad.returncode == 2 and "unknown stage 'sweep'" in bad.stdout and calls == []
+    bad, _, calls = _sweep_session(tmp_path / "c", SESSION_BUDGET_S="9m")
+    assert bad.returncode == 2 and "SESSION_BUDGET_S='9m'" in bad.stdout and calls == []
+    run, out, calls = _sweep_session(tmp_path / "d", SESSION_BUDGET_S="100", SUITE_S="360")
+    assert run.returncode == 0 and not any(c.startswith("-m pytest") for c in calls)
+    assert "stage suite skipped" in run.stdout and "it needs SUITE_S=360" in run.stdout
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+def test_sweep_session_gives_bench_flags_to_both_answer_stages_last_so_they_win(tmp_path):
+    """BENCH_FLAGS turns the session into a CPU rehearsal (the header's command): both answer stages must end with
+    them, since a bench flag given twice takes its last value."""
+    run, _, calls = _sweep_session(tmp_path, bench_flags="--device cpu -c 1 2 --max-new-tokens 4")
+    assert run.returncode == 0, run.stdout + run.stderr
+    benches = _benches(calls)
+    assert len(benches) == 2 and all(b.endswith(" --device cpu -c 1 2 --max-new-tokens 4") for b in benches)

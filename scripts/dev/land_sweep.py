@@ -18,6 +18,12 @@ before touching the tree if anything does not fit:
    write up or fix, so the script says which failed and exits 1 with everything landed (``--no-checks`` skips it);
 6. list the prose that still names the old commits: that part is the author's.
 
+A session of answer-length stages (the session script as it is now: ``answer_length.tgz``, with ``scale_lab.tgz``,
+``gpu_suite.tgz`` and ``doctor.json`` where they ran) lands beside the sweeps instead, from an H100 or an H200, into
+``docs/results/<device>/answer_length/DATE-COMMIT/`` (the suite into ``gpu_suite_DATE-COMMIT/``, the scale lab into
+``scale_lab/DATE-COMMIT/``) with ``summary.json``, the issue-49 goals (``peagle_lab.bench.answer_length``); it
+regenerates nothing and prints the commands that would.
+
 Usage (repository root, after the fetch):
     .venv/bin/python scripts/dev/land_sweep.py FETCHED_DIR [--root REPO] [--any-device] [--no-notebook] [--no-checks]
     .venv/bin/python scripts/dev/land_sweep.py --regenerate-only     # steps 4 and 5 again, on the files in place
@@ -247,6 +253,94 @@ def land(fetched: Path, root: Path, any_device: bool = False, notebook: bool = T
     return old
 
 
+def device_dir(device: str) -> str:
+    """The results folder a device's files go to: its GPU model, or ``cpu``.
+
+    >>> device_dir("NVIDIA H100 80GB HBM3"), device_dir("NVIDIA H200"), device_dir("CPU (x86_64, 2 cores)")
+    ('h100', 'h200', 'cpu')
+    """
+    found = re.search(r"\b([ABH]\d{2,3})\b", device.upper())
+    return found.group(1).lower() if found else "cpu" if "CPU" in device.upper() else re.sub(r"\W+", "_", device).lower()
+
+
+def _optional_part(fetched: Path, work: Path, name: str) -> Path | None:
+    """``fetched/NAME/`` or ``NAME.tgz`` unpacked into ``work``; None when the session did not bring it."""
+    if (fetched / name).is_dir():
+        return fetched / name
+    if (fetched / f"{name}.tgz").is_file():
+        with tarfile.open(fetched / f"{name}.tgz") as tar:
+            tar.extractall(work, filter="data")
+        return work / name if (work / name).is_dir() else None
+    return None
+
+
+def check_answer_length(folder: Path, any_device: bool = False) -> tuple[str, str, str]:
+    """Raise LandError unless the answer-length bench files fit; return (commit, date, device)."""
+    from peagle_lab.bench.answer_length import WORKLOADS
+    from peagle_lab.bench.schema import validate_result
+    from peagle_lab.heads import bundled_head_dir
+    from peagle_lab.heads.io import head_digest
+
+    docs = {w: _load(folder / w / "bench.json") for w in WORKLOADS if (folder / w / "bench.json").is_file()}
+    if not docs:
+        raise LandError(f"{folder}: no {' or '.join(f'{w}/bench.json' for w in WORKLOADS)}")
+    shipped = {m: head_digest(d) for m in ("eagle3", "peagle") if (d := bundled_head_dir(m)) is not None}
+    for w, doc in docs.items():
+        try:
+            validate_result(doc)
+        except ValueError as e:
+            raise LandError(f"{folder / w / 'bench.json'}: {e}") from e
+        device = doc["run_info"].get("device", "?")
+        if not any_device and device_dir(device) not in ("h100", "h200"):
+            raise LandError(f"{w} ran on {device!r}, not an H100 or H200 (--any-device lands it anyway, for a rehearsal)")
+        digests = doc.get("config", {}).get("head_digests") or {}
+        if any(digests.get(m) != d for m, d in shipped.items()):
+            raise LandError(f"{w} measured heads {digests}, not the shipped ones {shipped}: land it by hand if meant")
+    infos = [d["run_info"] for d in docs.values()]
+    if len({(i.get("commit"), i.get("device")) for i in infos}) != 1 or infos[0].get("commit") is None:
+        raise LandError(f"the answer-length files come from different commits or devices: "
+                        f"{ {w: (d['run_info'].get('commit'), d['run_info'].get('device')) for w, d in docs.items()} }")
+    return infos[0]["commit"], infos[0].get("date", "????-??-??")[:10], infos[0]["device"]
+
+
+def land_answer_length(fetched: Path, root: Path, any_device: bool = False) -> Path:
+    """Check, then copy an answer-length session under ``docs/results/<device>/``; return its folder."""
+    from peagle_lab.bench.answer_length import load_folder, render, summarize
+
+    with tempfile.TemporaryDirectory() as work:
+        answers = _optional_part(fetched, Path(work), "answer_length")
+        if answers is None:
+            raise LandError(f"{fetched}: neither answer_length/ nor answer_length.tgz")
+        commit, date, device = check_answer_length(answers, any_device)
+        results = root / "docs" / "results" / device_dir(device)
+        name = f"{date}-{commit[:7]}"
+        dest = results / "answer_length" / name
+        if dest.exists():
+            raise LandError(f"{dest} exists already (nothing was moved)")
+        shutil.copytree(answers, dest)
+        for n in SESSION_FILES + ("doctor.json",):
+            if (fetched / n).is_file():
+                shutil.copy2(fetched / n, dest / n)
+        scale = results / "scale"  # where peagle_lab.lab.predict reads it; a dated folder inside when one is there
+        for part, target in (("gpu_suite", results / f"gpu_suite_{name}"),
+                             ("scale_lab", scale / name if (scale / "scale.json").exists() else scale)):
+            if (src := _optional_part(fetched, Path(work), part)) is not None:
+                shutil.copytree(src, target, dirs_exist_ok=True)
+                print(f"placed {part} in {target.relative_to(root)}")
+    summary = summarize(load_folder(dest))
+    (dest / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    print(f"placed the answer-length session from {device}, commit {commit[:7]}, in {dest.relative_to(root)}")
+    print(render(summary))
+    suite = results / f"gpu_suite_{name}" / "gpu_suite.json"
+    if suite.is_file():
+        s = json.loads(suite.read_text())
+        print(f"GPU suite: exit {s.get('exit_code')}, {s.get('passed')} passed, {s.get('failures')} failed, "
+              f"{s.get('errors')} errors, {s.get('skipped')} skipped")
+    else:
+        print("GPU suite: not in this session (skipped for time, or cut before its summary)")
+    return dest
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("fetched", type=Path, nargs="?", help="the folder with sweep(.tgz), k_scaling(.tgz), gpu_suite(.tgz)")
@@ -259,6 +353,13 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.fetched is None and not args.regenerate_only:
         p.error("FETCHED is needed (or --regenerate-only)")
+    if args.fetched is not None and any((args.fetched / n).exists() for n in ("answer_length", "answer_length.tgz")):
+        try:
+            land_answer_length(args.fetched, args.root, args.any_device)
+        except LandError as e:
+            print(f"land_sweep: {e}", file=sys.stderr)
+            return 2
+        return 0
     try:
         if args.regenerate_only:
             regenerate(args.root, notebook=not args.no_notebook)

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The full throughput sweep of issue 6 on one H200: baseline vs EAGLE-3 vs P-EAGLE on SmolLM2,
 # K ∈ {3,5,7} at c ∈ {1,2,4,8,16,32,64} plus K ∈ {1,2,4,6,8} at c ∈ {1,64}, workloads chat/code/long,
-# bf16, CUDA graphs, 128 new tokens, ≥ 4 prompts per cell, transformers' static-cache generate
-# (compiled) at c=1 on chat and code as the outside reference.
+# bf16, CUDA graphs, 128 new tokens decoded past EOS (--ignore-eos: the throughput-stress variant, which
+# docs/results/h200/bench.json holds), ≥ 4 prompts per cell, transformers' static-cache generate
+# (compiled) at c=1 on chat and code as the outside reference. Flags given to it come last and win
+# (sweep_session_h200.sh runs its answer-length stages through it with --stop-at-eos).
 #
 # Usage (repository root on the GPU machine, no network):
 #   PEAGLE_LAB_CACHE=/path/with/models/SmolLM2-135M-Instruct  bash scripts/gpu/bench_h200.sh [extra bench flags]
@@ -49,7 +51,7 @@ fi
 set +e
 "$PY" -m peagle_lab.bench.cli --device cuda --dtype bfloat16 \
   --methods baseline eagle3 peagle -k 3 5 7 --extra-k 1 2 4 6 8 --extra-k-at 1 64 \
-  -c 1 2 4 8 16 32 64 --workloads chat code long --max-new-tokens 128 --min-prompts 4 \
+  -c 1 2 4 8 16 32 64 --workloads chat code long --max-new-tokens 128 --ignore-eos --min-prompts 4 \
   --reference-workloads chat code --reference-concurrency 1 \
   --time-budget-s 420 --out "$out" --no-report "$@" 2>&1 | tee "$out/bench.log"
 rc=${PIPESTATUS[0]}

@@ -1,0 +1,108 @@
+"""The answer-length benchmark's goals (issue 49): P-EAGLE against EAGLE-3 with answers decoded to EOS.
+
+The session (``scripts/gpu/sweep_session_h200.sh``) writes one bench file per workload (``code``,
+``mt_bench``), each with baseline, EAGLE-3 and P-EAGLE at K = 1..8 and c = 1 and 64. This module reads
+them, takes each method at its own best K per (workload, c) (``analysis.best_k``) and checks:
+
+* P-EAGLE / EAGLE-3 TPS ≥ 1.3x on code and ≥ 1.2x on MT-Bench at c = 1, ≥ 1.15x on code at c = 64;
+* P-EAGLE's best K ≥ 6 at c = 1 on every workload, EAGLE-3's ≤ 4.
+
+    python -m peagle_lab.bench.answer_length FOLDER [--json SUMMARY.json]
+
+FOLDER holds ``code/bench.json`` and ``mt_bench/bench.json`` (either may be missing: its goals read n/a).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from .analysis import best_k
+from .schema import BenchResult, read_json
+
+WORKLOADS = ("code", "mt_bench")
+# (workload, c, least P-EAGLE / EAGLE-3 TPS at each method's best K), as issue 49 sets them
+RATIO_GOALS = (("code", 1, 1.3), ("mt_bench", 1, 1.2), ("code", 64, 1.15))
+PEAGLE_MIN_BEST_K, EAGLE3_MAX_BEST_K = 6, 4  # at c = 1, on every workload
+
+
+def _best(result: BenchResult, workload: str, c: int) -> dict:
+    """{method: {"k", "tps", "al"}} at each method's best K in one column of ``result``."""
+    rows = [r for r in result.rows if r.workload == workload and r.concurrency == c]
+    return {m: {"k": r.k, "tps": round(r.tps, 1), "al": round(r.acceptance_length, 3)}
+            for (_, _, m, _), r in best_k(rows).items()}
+
+
+def summarize(results: dict[str, BenchResult]) -> dict:
+    """The best-K table and every goal, PASS / MISS / n/a, from ``{workload: result}``.
+
+    Returns:
+        ``{"columns": [{workload, c, best: {method: {k, tps, al}}, p_over_e3, p_over_baseline}],
+        "goals": [{goal, value, status}], "runs": {workload: run_info}}``.
+    """
+    columns, by_key = [], {}
+    for w, res in results.items():
+        for c in sorted({r.concurrency for r in res.rows if r.workload == w}):
+            best = _best(res, w, c)
+            tps = {m: b["tps"] for m, b in best.items()}
+            col = {"workload": w, "c": c, "best": best,
+                   "p_over_e3": round(tps["peagle"] / tps["eagle3"], 3) if {"peagle", "eagle3"} <= set(tps) else None,
+                   "p_over_baseline": round(tps["peagle"] / tps["baseline"], 3)
+                   if {"peagle", "baseline"} <= set(tps) else None}
+            columns.append(col)
+            by_key[(w, c)] = col
+    goals = []
+    for w, c, least in RATIO_GOALS:
+        v = (by_key.get((w, c)) or {}).get("p_over_e3")
+        goals.append({"goal": f"P-EAGLE/EAGLE-3 >= {least}x, {w}, c = {c}", "value": v,
+                      "status": "n/a" if v is None else "PASS" if v >= least else "MISS"})
+    for w in WORKLOADS:
+        best = (by_key.get((w, 1)) or {}).get("best", {})
+        for m, ok, text in (("peagle", lambda k: k >= PEAGLE_MIN_BEST_K, f">= {PEAGLE_MIN_BEST_K}"),
+                            ("eagle3", lambda k: k <= EAGLE3_MAX_BEST_K, f"<= {EAGLE3_MAX_BEST_K}")):
+            k = best.get(m, {}).get("k")
+            goals.append({"goal": f"{m} best K {text}, {w}, c = 1", "value": k,
+                          "status": "n/a" if k is None else "PASS" if ok(k) else "MISS"})
+    return {"columns": columns, "goals": goals, "runs": {w: res.run_info for w, res in results.items()}}
+
+
+def load_folder(folder: Path | str) -> dict[str, BenchResult]:
+    """``{workload: result}`` for each ``WORKLOAD/bench.json`` in ``folder``."""
+    folder = Path(folder)
+    return {w: read_json(folder / w / "bench.json") for w in WORKLOADS if (folder / w / "bench.json").is_file()}
+
+
+def render(summary: dict) -> str:
+    """The summary as plain text: one line per column, then one per goal."""
+    lines = []
+    for col in summary["columns"]:
+        b = col["best"]
+        cells = "  ".join(f"{m} K={b[m]['k']} {b[m]['tps']:.0f} tok/s AL {b[m]['al']:.2f}"
+                          for m in ("baseline", "eagle3", "peagle") if m in b)
+        ratio = f"{col['p_over_e3']:.2f}x" if col["p_over_e3"] is not None else "—"
+        lines.append(f"{col['workload']:9s} c={col['c']:<3d} P/E3 {ratio}  {cells}")
+    lines += [f"[{g['status']:4s}] {g['goal']}: {g['value'] if g['value'] is not None else '—'}"
+              for g in summary["goals"]]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("folder", type=Path, help="holds code/bench.json and mt_bench/bench.json")
+    p.add_argument("--json", type=Path, help="also write the summary here")
+    args = p.parse_args(argv)
+    results = load_folder(args.folder)
+    if not results:
+        print(f"answer_length: no {' or '.join(f'{w}/bench.json' for w in WORKLOADS)} in {args.folder}",
+              file=sys.stderr)
+        return 2
+    summary = summarize(results)
+    print(render(summary))
+    if args.json:
+        args.json.write_text(json.dumps(summary, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
