@@ -74,7 +74,9 @@ def test_no_commit_ids_or_session_ordinals_in_prose(name):
     text = prose((DOCS / name).read_text())
     hashes = [h for h in re.findall(r"\b[0-9a-f]{7,40}\b", text) if re.search(r"[a-f]", h) and re.search(r"\d", h)]
     assert not hashes, f"{name} names commits in its prose: {hashes}"
-    ordinals = re.findall(r"\b(?:first|second|third|\w+th) (?:session|training session|run of)\b", text, re.I)
+    ordinal = (r"(?:first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|eleventh|twelfth|thirteenth"
+               r"|\d+(?:st|nd|rd|th))")
+    ordinals = re.findall(rf"\b{ordinal}(?:'s)? (?:training |benchmark |GPU |H200 )?session\b", text, re.I)
     assert not ordinals, f"{name} names runs by ordinal: {ordinals}"
     journal = re.findall(r"shipped until|after the [\w -]{1,30} fix|next GPU (?:session|run|call)", text, re.I)
     assert not journal, f"{name} narrates the lab's history (docs/results/history.md is the place): {journal}"
