@@ -20,8 +20,11 @@ Method (written into the JSON as ``method``):
 * MoE targets (GPT-OSS-20B, Qwen3-Coder-30B-A3B) run attention as published and a dense MLP as
   wide as their active experts (``active_mlp``): what one decode token reads. K + 1 verify tokens
   route to more distinct experts than one token does; ``expected_experts`` says how many.
-* The grid: K in ``ks`` (other K interpolate linearly, as every part of a step is linear in
-  K), the concurrencies of each shape, drafter depths 1, 2, 4 for P-EAGLE (EAGLE-3: 1 layer).
+* The grid (``GPU_GRID``, about 300 engine cells in about five minutes): K 1, 4 and 8 (SmolLM2 also
+  3 and 5; other K interpolate linearly, as every part of a step is close to linear in K); every
+  c from 1 to 64 at GPT-OSS-20B, the paper's model, and c = 1, 8, 64 elsewhere; P-EAGLE drafters
+  of 1, 2 and 4 layers at SmolLM2 and GPT-OSS-20B, 1 and 4 elsewhere (EAGLE-3: 1 layer). Shapes run
+  in priority order and a time budget stops starting cells, so a slow device loses the last shapes.
 
 Command line (``peagle-lab scale``; ``scripts/gpu/scale_lab_gpu.sh`` runs it on a GPU)::
 
@@ -113,8 +116,10 @@ class ScaleGrid:
 
     shapes: tuple[str, ...]  # in priority order: a time budget drops the last
     concurrency: dict  # shape -> its concurrencies
-    ks: tuple[int, ...] = (1, 3, 5, 8)  # measured K; others interpolate
-    depths: tuple[int, ...] = (1, 2, 4)  # P-EAGLE drafter layers
+    ks: tuple[int, ...] = (1, 4, 8)  # measured K; others interpolate (every part of a step is ~linear in K)
+    depths: tuple[int, ...] = (1, 4)  # P-EAGLE drafter layers
+    shape_ks: dict = field(default_factory=dict)  # shape -> its own ks (where a check needs more)
+    shape_depths: dict = field(default_factory=dict)  # shape -> its own depths
     layers: tuple[int, int] = (2, 4)  # target layers measured for the per-layer rule
     full_depth: tuple[str, ...] = ("smollm2-135m",)  # shapes also measured whole
     prompt_tokens: int = 160  # context a request holds when its decode starts
@@ -135,14 +140,25 @@ class ScaleGrid:
         if not 1 <= lo < hi:
             raise ValueError(f"layers={self.layers!r}: expected two layer counts 1 <= a < b")
 
+    def ks_of(self, shape: str) -> tuple[int, ...]:
+        return tuple(self.shape_ks.get(shape, self.ks))
 
+    def depths_of(self, shape: str) -> tuple[int, ...]:
+        return tuple(self.shape_depths.get(shape, self.depths))
+
+
+# About 285 engine cells: every c at GPT-OSS-20B (the paper's per-concurrency figures), c = 1, 8, 64 elsewhere;
+# K 1, 4, 8 (SmolLM2 also 3 and 5, for the check against its sweep); P-EAGLE depth 1, 2, 4 at SmolLM2 and
+# GPT-OSS-20B, 1 and 4 elsewhere
 GPU_GRID = ScaleGrid(
-    shapes=("smollm2-135m", "gpt-oss-20b", "llama-3.1-8b", "llama-3.2-1b", "qwen3-coder-30b-a3b"),
+    shapes=("smollm2-135m", "gpt-oss-20b", "qwen3-coder-30b-a3b", "llama-3.1-8b", "llama-3.2-1b"),
     concurrency={"smollm2-135m": (1, 8, 64), "gpt-oss-20b": CONCURRENCIES, "llama-3.1-8b": (1, 8, 64),
-                 "llama-3.2-1b": (1, 8, 64), "qwen3-coder-30b-a3b": (1, 8, 64)})
-TINY_GRID = replace(GPU_GRID, concurrency={"smollm2-135m": (1, 64), "gpt-oss-20b": (1, 8, 64)}, ks=(1, 4, 8),
-                    prompt_tokens=12, new_tokens=6, device="cpu", dtype="float32", compile="off",
-                    time_budget_s=120.0, tiny=True)
+                 "llama-3.2-1b": (1, 8, 64), "qwen3-coder-30b-a3b": (1, 8, 64)},
+    shape_ks={"smollm2-135m": (1, 3, 4, 5, 8)}, shape_depths={"smollm2-135m": (1, 2, 4), "gpt-oss-20b": (1, 2, 4)})
+TINY_GRID = replace(GPU_GRID, shapes=("smollm2-135m", "gpt-oss-20b"),
+                    concurrency={"smollm2-135m": (1, 64), "gpt-oss-20b": (1, 8, 64)}, ks=(1, 4, 8), depths=(1, 2, 4),
+                    shape_ks={}, shape_depths={}, prompt_tokens=12, new_tokens=6, device="cpu", dtype="float32",
+                    compile="off", time_budget_s=120.0, tiny=True)
 
 
 def tiny_config(cfg: LlamaConfig, layers: int) -> LlamaConfig:
@@ -185,11 +201,11 @@ def _cells(shape: ScaleShape, grid: ScaleGrid):
     lo, hi = grid.layers
     full = shape.config.num_hidden_layers
     main = full if shape.name in grid.full_depth else hi
-    runs = [(main, "eagle3", 1)] + [(main, "peagle", d) for d in grid.depths]
+    runs = [(main, "eagle3", 1)] + [(main, "peagle", d) for d in grid.depths_of(shape.name)]
     runs += [(n, "eagle3", 1) for n in (lo, hi) if n != main]
     for layers, method, depth in runs:
         for c in grid.concurrency.get(shape.name, (1,)):
-            for k in grid.ks:
+            for k in grid.ks_of(shape.name):
                 yield layers, method, depth, k, c
 
 
@@ -270,7 +286,7 @@ def _moe(shape: ScaleShape, grid: ScaleGrid) -> list[dict] | str:
     """A real MoE layer against its dense stand-in at every verify and decode token count of the grid
     (``scale_moe``); the error text where the device cannot run it."""
     cs = grid.concurrency.get(shape.name, (1,))
-    tokens = sorted({c * (k + 1) for c in cs for k in grid.ks} | set(cs))
+    tokens = sorted({c * (k + 1) for c in cs for k in grid.ks_of(shape.name)} | set(cs))
     cfg, experts, inter = shape.config, shape.experts, shape.expert_intermediate
     if grid.tiny:
         cfg, experts, inter = tiny_config(cfg, 1), min(experts, 8), 16
@@ -413,6 +429,8 @@ def main(argv: list[str] | None = None) -> int:
     changes = {"shapes": tuple(args.shapes or ()), "ks": tuple(args.k or ()), "depths": tuple(args.depths or ()),
                "compile": args.compile, "device": args.device, "time_budget_s": args.time_budget_s}
     grid = replace(grid, **{f: v for f, v in changes.items() if v})
+    if args.k or args.depths:  # flags name the grid for every shape
+        grid = replace(grid, shape_ks={} if args.k else grid.shape_ks, shape_depths={} if args.depths else grid.shape_depths)
     if grid.device.startswith("cuda") and not torch.cuda.is_available():
         raise ValueError("the scale lab's default grid needs CUDA; use --tiny (or --device cpu) on a CPU")
     info = run_info(shlex.join(["peagle-lab", "scale", *(argv if argv is not None else sys.argv[1:])]))

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The scale lab on one GPU (H100 or H200; the JSON names it): decode-step costs of this engine with random
 # weights at the shapes of SmolLM2-135M, GPT-OSS-20B (attention + 4 active experts, and a real 32-expert top-4
-# MoE layer beside it), Llama-3.1-8B, Llama-3.2-1B and Qwen3-Coder-30B-A3B (peagle_lab/bench/scale.py says how).
+# MoE layer beside it), Qwen3-Coder-30B-A3B, Llama-3.1-8B and Llama-3.2-1B, in that order (peagle_lab/bench/scale.py
+# says how, and which grid: about 300 engine cells).
 # No model download; about five minutes: the measurement stops starting cells after SCALE_BUDGET_S (270 s) and
 # the JSON is rewritten after every shape, so even a killed run leaves one. Writes $OUT/scale.json and
 # $OUT/scale.log (each well under 1 MiB).
