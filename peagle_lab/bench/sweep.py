@@ -142,15 +142,16 @@ def plan_cells(cfg: SweepConfig) -> list[Cell]:
 
     Each (workload, c) column holds all methods and K values next to each other, so a run
     cut short by the time budget loses whole columns (and the extra K values first), never
-    one method of a comparison.
+    one method of a comparison. Columns run in the order the concurrencies are given, so a
+    budget that may run out can be spent on the cheap column first (``-c 64 1``).
 
     >>> cells = plan_cells(SweepConfig(ks=(3,), extra_ks=(), concurrencies=(4, 1), workloads=("chat",)))
     >>> [(c.concurrency, c.method, c.k) for c in cells]
-    [(1, 'baseline', 0), (1, 'eagle3', 3), (1, 'peagle', 3), (4, 'baseline', 0), (4, 'eagle3', 3), (4, 'peagle', 3)]
+    [(4, 'baseline', 0), (4, 'eagle3', 3), (4, 'peagle', 3), (1, 'baseline', 0), (1, 'eagle3', 3), (1, 'peagle', 3)]
     """
     spec = [m for m in cfg.methods if m != "baseline"]
     ks = tuple(dict.fromkeys(cfg.ks))
-    cells = [Cell(w, m, k, c) for w in cfg.workloads for c in sorted(set(cfg.concurrencies)) for m in cfg.methods
+    cells = [Cell(w, m, k, c) for w in cfg.workloads for c in dict.fromkeys(cfg.concurrencies) for m in cfg.methods
              for k in ((0,) if m == "baseline" else ks)]
     extra = [k for k in dict.fromkeys(cfg.extra_ks) if k not in ks]
     cells += [Cell(w, m, k, c) for w in cfg.workloads for c in sorted(set(cfg.extra_ks_at)) for m in spec

