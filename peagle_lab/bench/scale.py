@@ -45,8 +45,8 @@ from pathlib import Path
 
 import torch
 
-from ..config import SpecConfig
-from ..drafter import random_drafter
+from ..config import DrafterConfig, SpecConfig
+from ..drafter import Drafter
 from ..engine import SpecDecoder
 from ..models.llama import LlamaConfig, LlamaModel
 from ..provenance import run_info
@@ -178,6 +178,17 @@ def build_target(shape: ScaleShape, layers: int, grid: ScaleGrid) -> LlamaModel:
     return model.to(device=grid.device, dtype=getattr(torch, grid.dtype)).eval().requires_grad_(False)
 
 
+def build_drafter(target: LlamaModel, method: str, layers: int, draft_vocab_size: int) -> Drafter:
+    """The project's drafter for ``target`` with random weights, made on the target's device
+    (``drafter.random_drafter`` draws on the host, seconds a head at GPT-OSS-20B's width)."""
+    cfg = DrafterConfig.for_target(target.config, method, layers, min(draft_vocab_size, target.config.vocab_size))
+    with torch.device(target.device):
+        drafter = Drafter(cfg)
+        drafter.reset_parameters()  # normal(0, 0.02) linears, unit norms, as random_drafter
+    drafter = drafter.to(dtype=target.dtype).attach_embeddings(target.embed_tokens.weight)
+    return drafter.eval().requires_grad_(False)
+
+
 def measure_cell(target: LlamaModel, drafter, method: str, k: int, c: int, grid: ScaleGrid) -> dict:
     """One engine at (method, K, c): warm-up generate, then the medians of a measured one (ms)."""
     cfg = SpecConfig(method=method, num_speculative_tokens=k, max_new_tokens=grid.new_tokens, compile=grid.compile)
@@ -224,9 +235,7 @@ def _measure_shape(shape: ScaleShape, grid: ScaleGrid, deadline: float, rows: li
             models.update(layers=layers, target=build_target(shape, layers, grid))
         target = models["target"]
         if (method, depth) not in models:  # drafters are built once a target: they do not depend on K or c
-            models[(method, depth)] = random_drafter(
-                target, method, depth, draft_vocab_size=min(shape.draft_vocab_size, target.config.vocab_size),
-            ).eval().requires_grad_(False)
+            models[(method, depth)] = build_drafter(target, method, depth, shape.draft_vocab_size)
         row = {"shape": shape.name, "layers": layers, "method": method, "depth": depth, "k": k, "concurrency": c,
                **measure_cell(target, models[(method, depth)], method, k, c, grid)}
         rows.append(row)
