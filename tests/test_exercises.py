@@ -27,16 +27,29 @@ def test_acceptance_length_saturates():
         ex.expected_acceptance_length(1.5, 3)
 
 
-def test_predicted_tps_one_pass_vs_k_passes():
-    kw = dict(verify_ms=20.0, pass_ms=3.0, alpha=0.7)
-    assert ex.predicted_tokens_per_second("eagle3", k=1, **kw) == ex.predicted_tokens_per_second("peagle", k=1, **kw)
-    for k in (2, 5, 9):
-        assert ex.predicted_tokens_per_second("peagle", k=k, **kw) > ex.predicted_tokens_per_second("eagle3", k=k, **kw)
-    # With free drafting, both reduce to AL / verify time.
-    free = ex.predicted_tokens_per_second("eagle3", verify_ms=10.0, pass_ms=0.0, k=4, alpha=0.5)
-    assert free == pytest.approx(1000 * ex.expected_acceptance_length(0.5, 4) / 10.0)
-    with pytest.raises(ValueError):
-        ex.predicted_tokens_per_second("medusa", k=3, **kw)
+@pytest.mark.parametrize("wrong_at", [None, 0, 1, 3])
+def test_verify_by_hand_agrees_with_verify_greedy(wrong_at):
+    from peagle_lab.verify import verify_greedy
+
+    k, g = 4, torch.Generator().manual_seed(wrong_at or 0)
+    choices = torch.randint(0, 50, (k + 1,), generator=g)  # [K+1] the target's greedy tokens
+    drafts = choices[:k].clone()
+    if wrong_at is not None:
+        drafts[wrong_at] = (drafts[wrong_at] + 1) % 50
+    result = verify_greedy(torch.nn.functional.one_hot(choices, 50).float()[None], drafts[None])
+    gained = [t for t in result.output_tokens[0].tolist() if t >= 0]
+    assert ex.verify_by_hand(drafts.tolist(), choices.tolist()) == gained
+
+
+@pytest.mark.parametrize("k", [1, 3, 7])
+def test_drafter_work_counts_the_slots_the_layout_builds(k):
+    from peagle_lab.lab.layout import toy_decode_batch
+
+    batch = toy_decode_batch([k // 2], k=k)  # one request, T = K + 1 verified tokens
+    peagle = batch.layout(k, mask_token_id=99, max_len=64, backend="torch")  # R = T + K - 1 slots
+    assert ex.drafter_work("peagle", k=k, layers=4) == (1, 4 * len(peagle.input_ids))
+    first = batch.layout(1, mask_token_id=99, max_len=64, backend="torch")  # EAGLE-3's first pass: no mask slots
+    assert ex.drafter_work("eagle3", k=k, layers=1) == (k, len(first.input_ids) + k - 1)
 
 
 # ---------------------------------------------------------------- notebook 2
@@ -92,23 +105,21 @@ def test_bytes_match_the_tensors_moved(accepted, k, H, e):
 
 
 # ---------------------------------------------------------------- notebook 3
-def test_leaky_mask_breaks_the_partition_check():
-    from peagle_lab.lab.train_walkthrough import partition_gradient_check
+def test_chain_sees_is_chain_visible():
+    from peagle_lab.train import CODConfig, chain_visible, sample_elements
 
-    leaky = partition_gradient_check((2,), mask=ex.leaky_chain_mask)
-    assert leaky[2]["max_grad_rel_error"] > 1e-2  # the segments no longer see what one pass sees
+    e = sample_elements(16, torch.arange(16) >= 3, CODConfig(num_depths=4), torch.Generator().manual_seed(3))
+    pairs = list(zip(e.anchor.tolist(), e.depth.tolist()))
+    mine = torch.tensor([[ex.chain_sees(*q, *key) for key in pairs] for q in pairs])
+    assert torch.equal(mine, chain_visible(e.anchor, e.depth, e.anchor, e.depth))
 
 
-def test_leaky_mask_adds_exactly_the_cross_chain_keys():
-    from peagle_lab.train.mask import chain_mask
-
-    a = torch.tensor([[0, 1, 2, 0, 1]])
-    d = torch.tensor([[0, 0, 0, 1, 1]])
-    valid = torch.ones(1, 5, dtype=torch.bool)
-    good, bad = chain_mask(a, d, a, d, valid)[0, 0], ex.leaky_chain_mask(a, d, a, d, valid)[0, 0]
-    assert torch.equal(good & bad, good)  # the leak only adds keys
-    # Elements a0d0 a1d0 a2d0 a0d1 a1d1: later anchors now see the depth-1 drafts of earlier chains.
-    assert (bad & ~good).nonzero().tolist() == [[1, 3], [2, 3], [2, 4], [4, 3]]
+def test_a_position_causal_mask_shows_the_tokens_the_chain_drafts():
+    # Query (a, d) sits at position a + d; key (a', 0) at a' and embeds x[a' + 1]. Causal by position, the latest
+    # such key carries x[a + d + 1], the label of depth d - 1 of the same chain (it predicts x[a + d' + 2]).
+    for a, d in ((1, 2), (0, 1), (5, 3)):
+        token = ex.leaked_input_token(a, d)
+        assert token == a + (d - 1) + 2 and not ex.chain_sees(a, d, a + d, 0)
 
 
 @pytest.mark.parametrize("n, depths, r, r_min", [(1000, 8, 0.7, 0.2), (37, 5, 0.5, 0.1), (10, 1, 0.7, 0.2)])

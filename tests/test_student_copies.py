@@ -3,9 +3,11 @@ exercise passes its check in the source and fails it in the student copy; broken
 from __future__ import annotations
 
 import contextlib
+import copy
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -221,3 +223,68 @@ def test_committed_check_cells_show_a_correct_answer():
         for _, chk in sc.exercise_cells(nb, str(path)):
             text = "".join("".join(o.get("text", "")) for o in nb["cells"][chk].get("outputs", []))
             assert text.startswith("correct:"), f"{path.name}, cell {chk}: re-run the notebook ({text[:80]!r})"
+
+
+# ---------------------------------------------------------------- notebooks 1-4: a wrong answer stops with a hint
+_KEEP_REJECTED = """out = []
+for d, c in zip(drafts, target_choices):
+    out.append(d)
+    if d != c:
+        return out
+return out + [target_choices[-1]]"""
+_ROW = """from peagle_lab.lab.exercises import draft_row_by_hand
+row = draft_row_by_hand(token_ids, positions, num_accepted, bonus_token, k=k, mask_token_id=mask_token_id)
+"""
+_WHERE_FILL = """out = hidden.index_select(0, hidden_mapping.clamp(min=0))
+out = torch.where(is_masked[:, None], shared_hidden, out)
+return torch.where(((hidden_mapping < 0) & ~is_masked)[:, None], torch.zeros_like(out), out)"""
+_WRONG = [  # (notebook, exercise number, code for each solution region in order, the hint the check must give)
+    ("01", 1, ["return [d for d, c in zip(drafts, target_choices) if d == c]"], "Every step also gains the target's own"),
+    ("01", 1, [_KEEP_REJECTED], "a step gains the target's token, never a rejected draft"),
+    ("01", 2, ["return (k, 2 * k * layers) if method == 'eagle3' else (1, k * layers)"],
+     "P-EAGLE's pass carries every slot of the request's row, not only the K it samples"),
+    ("01", 2, ["return 1, 2 * k * layers"], "EAGLE-3 drafts one token per pass"),
+    ("02", 1, [_ROW + "return dict(row, input_ids=token_ids[:num_accepted] + row['input_ids'][num_accepted:])"],
+     "EAGLE's shift by one"),
+    ("02", 1, [_ROW + "return dict(row, positions=[positions[num_accepted] if m else p "
+                      "for p, m in zip(row['positions'], row['is_masked'])])"], "positions keep counting"),
+    ("02", 2, ["padding = sum(accepted)"], "drafts the requests kept"),
+    ("02", 2, ["padding = len(accepted) * (K - 1)"], "number of mask slots, and those are live"),
+    ("03", 1, ["return a_key + d_key <= a + d", "leaked_token = 4"], "positions alone do not decide"),
+    ("03", 1, ["return a_key < a or (a_key == a and d_key <= d)", "leaked_token = 4"], "never another chain's drafts"),
+    ("03", 1, ["return (d_key == 0 and a_key <= a) or (a_key == a and d_key <= d)", "leaked_token = 5"],
+     "x\\[5\\] is what query \\(1, 2\\) must predict"),
+    ("03", 2, ["kept, without_cod = 3373, 8000"], "round each depth up"),
+    ("03", 2, ["import math\nkept, without_cod = sum(math.ceil(n * 0.7 ** d) for d in range(K_train)), n * K_train"],
+     "without the floor r_min"),
+    ("04", 1, ["return hidden.index_select(0, hidden_mapping.clamp(min=0))"], "first among the mask slots"),
+    ("04", 1, [_WHERE_FILL], "right values, but torch.where produced a"),
+    ("04", 2, ["moved = c * 2 * K * H"], "is too little"),
+    ("04", 2, ["moved = c * 2 * K * H * 2"], "close but short"),
+]
+
+
+def _answer(source: str, regions: list[str]) -> str:
+    """``source`` with its solution regions replaced, in order, by ``regions`` (indented as the region was)."""
+    lines, out, todo = sc.strip_solutions(source).splitlines(keepends=True), [], list(regions)
+    for line in lines:
+        if line.strip() in (sc.STUB, sc.STUB_TOP):
+            indent = line[: len(line) - len(line.lstrip())]
+            out += [indent + code + "\n" for code in todo.pop(0).splitlines()]
+        else:
+            out.append(line)
+    assert not todo, "more answers than solution regions"
+    return "".join(out)
+
+
+@pytest.mark.parametrize("stem, number, regions, hint", _WRONG, ids=[f"{w[0]}-ex{w[1]}-{i}" for i, w in enumerate(_WRONG)])
+def test_a_plausible_wrong_answer_stops_its_check_with_a_hint(stem, number, regions, hint, monkeypatch):
+    path = next(p for p in NOTEBOOKS if p.stem.startswith(stem))
+    monkeypatch.chdir(path.parent)
+    nb = json.loads(path.read_text())
+    ex, chk = sc.exercise_cells(nb, str(path))[number - 1]
+    wrong = copy.deepcopy(nb)
+    wrong["cells"][ex]["source"] = _answer("".join(nb["cells"][ex]["source"]), regions)
+    with pytest.raises(AssertionError) as e:
+        _run(path, wrong, [ex, chk])
+    assert re.search(hint, str(e.value)), str(e.value)

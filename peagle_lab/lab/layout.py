@@ -30,7 +30,7 @@ from ..kernels import backend as kernel_backend
 from ..kernels.prepare_draft_inputs import DraftInputs, prepare_draft_inputs
 
 __all__ = ["SlotRow", "SLOT_KINDS", "DecodeBatch", "describe_draft_batch", "format_draft_batch",
-           "toy_decode_batch", "random_decode_batch", "compare_draft_inputs", "layout_toy_batch",
+           "toy_decode_batch", "random_decode_batch", "compare_draft_inputs", "layout_toy_batch", "kernel_bench_summary",
            "kernel_parity", "time_draft_batch", "triton_runs_here"]
 
 SLOT_KINDS = ("context", "bonus", "mask", "padding")
@@ -257,3 +257,23 @@ def time_draft_batch(c: int, k: int, *, backends: tuple[str, ...] = ("torch", "t
             times.append(time.perf_counter() - t0)
         out[backend] = 1e6 * statistics.median(times)
     return out
+
+
+def kernel_bench_summary(results: dict, dtype: str = "bf16") -> dict[str, tuple[float, float]]:
+    """The range over c and K of each timing in ``scripts/bench/bench_kernels.py``'s JSON, for one dtype.
+
+    Returns:
+        ``{"reference_launches", "fused_launches", "fused_graph_us", "reference_graph_us", "speedup_graph",
+        "fused_eager_us", "reference_eager_us", "speedup_eager": (min, max)}``.
+
+    >>> r = dict(dtype="bf16", reference_launches=46, fused_launches=2, fused_graph_us=3.0, reference_graph_us=60.0,
+    ...          speedup_graph=20.0, fused_eager_us=100.0, reference_eager_us=500.0, speedup_eager=5.0)
+    >>> kernel_bench_summary({"rows": [r, dict(r, fused_graph_us=4.0)]})["fused_graph_us"]
+    (3.0, 4.0)
+    """
+    rows = [r for r in results["rows"] if r["dtype"] == dtype]
+    if not rows:
+        raise ValueError(f"no rows of dtype {dtype!r}; the file has {sorted({r['dtype'] for r in results['rows']})}")
+    keys = ("reference_launches", "fused_launches", "fused_graph_us", "reference_graph_us", "speedup_graph",
+            "fused_eager_us", "reference_eager_us", "speedup_eager")
+    return {k: (min(r[k] for r in rows), max(r[k] for r in rows)) for k in keys}

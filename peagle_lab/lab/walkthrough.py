@@ -15,6 +15,7 @@ noisy, so ``median_step`` summarises the engine's per-step trace for the timelin
 """
 from __future__ import annotations
 
+import json
 import statistics
 import time
 from dataclasses import dataclass
@@ -26,10 +27,12 @@ from ..config import SpecConfig
 from ..drafter import Drafter
 from ..drafting import DraftResult
 from ..engine import SpecDecoder, StepTrace
+from ..heads import bundled_head_dir
 from ..models.llama import KVCache, LlamaModel
 from ..verify import VerifyResult, verify_greedy
 
-__all__ = ["Prefill", "OneStep", "prefill", "one_step", "oracle_drafts", "median_step"]
+__all__ = ["Prefill", "OneStep", "prefill", "one_step", "oracle_drafts", "median_step", "shipped_head_facts",
+           "bench_step_split", "best_k"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -171,3 +174,57 @@ def median_step(trace: list[StepTrace]) -> StepTrace:
     return StepTrace(-1, med(s.verify_ms for s in steps), med(s.prep_ms for s in drafting),
                      med(s.draft_ms for s in drafting), accepted, max(s.drafter_forwards for s in steps),
                      max((s.rows for s in steps if s.rows), default=None))
+
+
+def shipped_head_facts(method: str) -> dict | None:
+    """What a shipped head's ``summary.json`` records: layers, draft vocabulary, training and chat acceptance.
+
+    Returns:
+        ``{"layers", "draft_vocab_size", "token_passes", "runs", "device", "chat_al_k7"}``, or None
+        where no head ships for ``method``. ``token_passes`` counts target tokens over every
+        training run the head went through; ``chat_al_k7`` is the acceptance length on the
+        ``chat`` workload at K = 7 measured when the head was exported.
+    """
+    folder = bundled_head_dir(method)
+    if folder is None or not (folder / "summary.json").is_file():
+        return None
+    s = json.loads((folder / "summary.json").read_text())
+    runs = s.get("cumulative", {}).get("runs") or [s]
+    chat = {r["k"]: r["acceptance_length"] for r in s.get("workloads", {}).get("chat", [])}
+    return {"layers": s["num_hidden_layers"], "draft_vocab_size": s["draft_vocab_size"],
+            "token_passes": sum(r["tokens"] for r in runs), "runs": len(runs), "device": s.get("device"),
+            "chat_al_k7": chat.get(7)}
+
+
+def bench_step_split(bench: dict, *, k: int, concurrency: int = 1, workload: str = "chat") -> dict[str, dict]:
+    """One step's parts per method from a ``bench.json`` (``peagle-lab bench``): plain decoding, and each
+    speculative method at ``k``.
+
+    Returns:
+        ``{method: {"verify_ms", "prep_ms", "draft_ms", "step_ms", "acceptance_length", "tps"}}``
+        for the temperature-0 rows at ``concurrency`` and ``workload``.
+
+    >>> row = dict(concurrency=1, workload="chat", temperature=0.0, verify_ms=1.0, prep_ms=0.0, draft_ms=0.5,
+    ...            step_ms=1.5, acceptance_length=2.0, tps=1300.0)
+    >>> bench_step_split({"rows": [dict(row, method="peagle", k=3), dict(row, method="peagle", k=5)]}, k=3)
+    {'peagle': {'verify_ms': 1.0, 'prep_ms': 0.0, 'draft_ms': 0.5, 'step_ms': 1.5, 'acceptance_length': 2.0, 'tps': 1300.0}}
+    """
+    keys = ("verify_ms", "prep_ms", "draft_ms", "step_ms", "acceptance_length", "tps")
+    out = {}
+    for r in bench["rows"]:
+        if (r["concurrency"], r["workload"], r.get("temperature", 0.0)) != (concurrency, workload, 0.0):
+            continue
+        if r["method"] == "baseline" or r["k"] == k:
+            out[r["method"]] = {key: r[key] for key in keys}
+    if not out:
+        raise ValueError(f"no temperature-0 rows at c = {concurrency}, workload {workload!r}, K = {k} in the bench")
+    return out
+
+
+def best_k(bench: dict, method: str, *, concurrency: int = 1, workload: str = "chat") -> dict:
+    """The temperature-0 row of ``method`` with the highest TPS at ``concurrency`` and ``workload``."""
+    rows = [r for r in bench["rows"] if r["method"] == method and r["concurrency"] == concurrency
+            and r["workload"] == workload and r.get("temperature", 0.0) == 0.0]
+    if not rows:
+        raise ValueError(f"no {method} rows at c = {concurrency}, workload {workload!r} in the bench")
+    return max(rows, key=lambda r: r["tps"])
