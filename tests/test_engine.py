@@ -43,7 +43,8 @@ def test_lossless_with_random_drafters(target, baseline, method, k, c, layers):
 def test_padded_prefill_is_lossless(target, baseline, method, graph_tokens, monkeypatch):
     # SpecConfig.prefill_graphs pads the prompts' width to a multiple of 64 (on CUDA, to replay one graph per
     # shape; here the padding alone). Over PREFILL_GRAPH_TOKENS (c x padded width) the prefill stays eager.
-    from peagle_lab import engine as engine_mod, step
+    from peagle_lab import step
+    from peagle_lab.engine import forwards as engine_mod
 
     if graph_tokens:
         monkeypatch.setattr(engine_mod, "PREFILL_GRAPH_TOKENS", graph_tokens)
@@ -371,7 +372,7 @@ def test_warm_widths_needs_caches_and_does_nothing_without_cuda_graphs(target):
 
 
 def test_compact_moves_each_live_row_with_its_state_and_draft_distribution(target):
-    from peagle_lab.engine import _State
+    from peagle_lab.engine.state import State as _State
     engine = SpecDecoder(target, tiny_drafter(target, "peagle"), SpecConfig(num_speculative_tokens=2, temperature=1.0))
     cache_t, cache_d = engine._caches(5, 16)
     L = cache_t.max_len

@@ -25,7 +25,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run from a checkout without installing
 
-from peagle_lab import engine as engine_mod  # noqa: E402
+from peagle_lab.engine import batching, loop as engine_mod  # noqa: E402  (the functions an admission calls)
 from peagle_lab.bench.workloads import HashTokenizer, load_workload  # noqa: E402
 from peagle_lab.config import SpecConfig  # noqa: E402
 from peagle_lab.models.checkpoints import write_json  # noqa: E402
@@ -88,9 +88,8 @@ def instrument(dec: engine_mod.SpecDecoder) -> contextlib.ExitStack:
 
     dec._admit, dec._prefill, dec._draft = admit_wrapper, part(prefill, "admit.prefill"), part(draft, "admit.draft")
     stack.callback(lambda: [delattr(dec, n) for n in ("_admit", "_prefill", "_draft")])
-    patch(engine_mod, "copy_kv_blocks", "admit.copy_kv")
-    dec._admitted = _labelled("admit.state", dec._admitted)  # called after each admission, by the loop
-    stack.callback(lambda: delattr(dec, "_admitted"))
+    patch(batching, "copy_kv_blocks", "admit.copy_kv")  # one copy each for the target's and the drafter's cache
+    patch(engine_mod, "admitted", "admit.state")  # called after each admission, by the loop
     step = dec._step
     dec._step = _labelled("decode_step", step)
     stack.callback(lambda: delattr(dec, "_step"))

@@ -22,7 +22,7 @@ import sys
 import torch
 from prefill_cold_gpu import attention_kernels, timed_prefill as timed, write_doc  # beside this script
 
-from peagle_lab import engine as engine_module
+from peagle_lab.engine import forwards as engine_module  # PREFILL_GRAPH_TOKENS lives where the prefill reads it
 from peagle_lab.config import SpecConfig
 from peagle_lab.engine import SpecDecoder, padded_prefill_width
 from peagle_lab.testing import random_smollm2

@@ -30,7 +30,7 @@ import sys
 import torch
 
 from peagle_lab.config import SpecConfig
-from peagle_lab import engine as engine_module
+from peagle_lab.engine import graphs as engine_module  # COMBO_KERNELS lives where compiled() reads it
 from peagle_lab.engine import SpecDecoder
 from peagle_lab.provenance import run_info
 from peagle_lab.testing import random_smollm2, tiny_drafter
