@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from peagle_lab.lab.paper import README_SWEEP
 from peagle_lab.testing import script_module
 
 REPO = Path(__file__).resolve().parents[1]
@@ -67,13 +68,16 @@ def _root(tmp_path: Path) -> Path:
     """A repository's files that landing reads and writes: the results in place, the README, the results index and
     paper.md."""
     root = tmp_path / "repo"
-    (root / "docs" / "results" / "h200" / "k_scaling" / "stop_at_eos").mkdir(parents=True)
+    (root / "docs" / "results" / "h200" / "k_scaling").mkdir(parents=True)
     for rel in ("bench.json", "bench.csv", "bench.log", "report.html", "gpu_suite.json", "gpu_junit.xml",
                 "gpu_tests.log", "bf16_match_rate.json", "k_scaling/bench.json", "k_scaling/bench.csv",
-                "k_scaling/bench.log", "k_scaling/stop_at_eos/bench.json"):
+                "k_scaling/bench.log"):
         shutil.copy2(RESULTS / rel, root / "docs" / "results" / "h200" / rel)
     for rel in ("README.md", "docs/paper.md", "docs/results/README.md"):
         shutil.copy2(REPO / rel, root / rel)
+    sweep = Path(README_SWEEP)  # what the README's table reads: a bench.json or a folder of them
+    (root / sweep).parent.mkdir(parents=True, exist_ok=True)
+    (shutil.copytree if (REPO / sweep).is_dir() else shutil.copy2)(REPO / sweep, root / sweep)
     return root
 
 
