@@ -112,3 +112,45 @@ def test_load_scale_names_its_file(tmp_path):
     assert path in predict.SCALE_JSON and doc["costs"]
     with pytest.raises(ValueError, match="peagle-lab scale"):
         predict.load_scale(tmp_path / "none.json")
+
+
+def test_curves_and_split_cover_the_acceptance(bench, scale_doc):
+    ours = predict.measured_acceptance(bench, "code")
+    curves = predict.tps_curves(scale_doc, "gpt-oss-20b", 1, ours)
+    assert list(curves["peagle"]) == list(range(1, len(ours["peagle"]) + 1))
+    split = predict.step_split(scale_doc, "gpt-oss-20b", 1, {"eagle3": 3, "peagle": 7})
+    whole = predict.step_costs(scale_doc, "gpt-oss-20b", "peagle", 7, 1, predict.PEAGLE_DEPTH)
+    assert sum(split["peagle"].values()) == pytest.approx(whole["step_ms"])
+    assert predict.shapes_of(scale_doc)[0] == "smollm2-135m"
+    assert "gpt-oss-20b+moe" in predict.shapes_of(scale_doc)
+
+
+def test_figures_draw_what_predict_computes(scale_doc):
+    pytest.importorskip("plotly")
+    from peagle_lab.lab import scale_figures
+
+    acc = predict.paper_acceptance()
+    curves = predict.tps_curves(scale_doc, "gpt-oss-20b", 1, acc)
+    fig = scale_figures.prediction_figure(curves, predict.step_split(scale_doc, "gpt-oss-20b", 1, 7), title="t")
+    assert list(fig.data[0].y) == list(curves["eagle3"].values())
+    splits = {s: predict.step_split(scale_doc, s, 1, 7) for s in ("smollm2-135m", "gpt-oss-20b")}
+    fig = scale_figures.scale_step_figure(splits, k=7, concurrency=1, depth=4, device="cpu")
+    assert len(fig.data) == len(scale_figures.PARTS) and len(fig.data[0].y) == 4
+    table = predict.speedup_table(scale_doc, "gpt-oss-20b", acc)
+    fig = scale_figures.speedup_figure({"paper": table}, shape="gpt-oss-20b", paper=SPEED_BENCH_SPEEDUP)
+    assert list(fig.data[0].y) == [r["ratio"] for r in table]
+
+
+def test_scale_explorer_switches_sources_and_shapes(bench, scale_doc):
+    pytest.importorskip("ipywidgets")
+    from peagle_lab.lab.widgets import ScaleExplorer
+
+    e = ScaleExplorer(scale_doc, bench)
+    assert e.redraws == 1 and "paper" in e.figure.layout.title.text
+    e.source.value = "ours: code"
+    assert len(e.curves["eagle3"]) == len(predict.measured_acceptance(bench, "code")["eagle3"])
+    e.sliders["peagle", "decay"].value = 0.9  # moving a slider picks the sliders
+    assert e.source.value == "sliders" and e.acceptance()["peagle"].decay == 0.9
+    e.shape.value = "smollm2-135m"
+    assert e.concurrency.value in predict.concurrencies_of(scale_doc, "smollm2-135m")
+    assert e.figure.layout.title.text.startswith("smollm2-135m")

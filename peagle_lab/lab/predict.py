@@ -37,6 +37,7 @@ from .paper import HUMANEVAL_AL, SPEED_BENCH_SPEEDUP
 
 __all__ = ["fit_geometric", "paper_acceptance", "measured_acceptance", "al_at", "predicted_tps", "best_k",
            "speedup_table", "check_against_bench", "check_summary", "baseline_strength", "load_scale",
+           "tps_curves", "step_split", "usable_ks", "shapes_of", "concurrencies_of", "depths_of",
            "SCALE_JSON", "OUR_SWEEP", "PEAGLE_DEPTH", "KS"]
 
 KS = tuple(range(1, 9))
@@ -139,9 +140,20 @@ def predicted_tps(scale: Mapping, shape: str, method: str, k: int, concurrency: 
     return 1000.0 * concurrency * al_at(acceptance, k) / step
 
 
+def usable_ks(acceptance: Acceptance | Sequence[float], ks: Sequence[int] = KS) -> list[int]:
+    """The K of ``ks`` the acceptance covers (measured a_i stop at the sweep's largest K).
+
+    >>> usable_ks((0.7, 0.5, 0.3)), len(usable_ks(Acceptance(0.5, 0.5)))
+    ([1, 2, 3], 8)
+    """
+    return [k for k in ks if isinstance(acceptance, Acceptance) or k <= len(acceptance)]
+
+
 def best_k(scale: Mapping, shape: str, method: str, concurrency: int, acceptance, depth: int = PEAGLE_DEPTH,
            ks: Sequence[int] = KS) -> tuple[int, float]:
-    """(K, TPS) of the method's highest predicted throughput over ``ks`` (the smaller K on a tie)."""
+    """(K, TPS) of the method's highest predicted throughput over ``ks`` the acceptance covers (the smaller
+    K on a tie)."""
+    ks = usable_ks(acceptance, ks)
     tps = {k: predicted_tps(scale, shape, method, k, concurrency, acceptance, depth) for k in ks}
     k = max(ks, key=lambda k: (round(tps[k], 9), -k))
     return k, tps[k]
@@ -165,6 +177,35 @@ def speedup_table(scale: Mapping, shape: str, acceptance: Mapping[str, object], 
         out.append({"concurrency": c, "peagle_k": pk, "eagle3_k": ek, "peagle_tps": pt, "eagle3_tps": et,
                     "ratio": pt / et, "paper": SPEED_BENCH_SPEEDUP.get(c)})
     return out
+
+
+def tps_curves(scale: Mapping, shape: str, concurrency: int, acceptance: Mapping[str, object],
+               depth: int = PEAGLE_DEPTH, ks: Sequence[int] = KS) -> dict[str, dict[int, float]]:
+    """Predicted TPS per method at every K of ``ks`` its acceptance covers: ``{method: {K: TPS}}``."""
+    return {m: {k: predicted_tps(scale, shape, m, k, concurrency, acceptance[m], depth)
+                for k in usable_ks(acceptance[m], ks)} for m in METHODS}
+
+
+def step_split(scale: Mapping, shape: str, concurrency: int, k: int | Mapping[str, int],
+               depth: int = PEAGLE_DEPTH) -> dict[str, dict]:
+    """One step's parts (verify, prep, draft, host; ms) per method at K (one K, or ``{method: K}``)."""
+    parts = ("verify_ms", "prep_ms", "draft_ms", "host_ms")
+    ks = k if isinstance(k, Mapping) else {m: k for m in METHODS}
+    return {m: {p: step_costs(scale, shape, m, ks[m], concurrency, depth)[p] for p in parts} for m in METHODS}
+
+
+def shapes_of(scale: Mapping) -> list[str]:
+    """The shapes with costs for both methods, in the scale lab's order (``NAME+moe`` after NAME)."""
+    names = list(dict.fromkeys(r["shape"] for r in scale["costs"]))
+    return [n for n in names if {r["method"] for r in scale["costs"] if r["shape"] == n} >= set(METHODS)]
+
+
+def concurrencies_of(scale: Mapping, shape: str) -> list[int]:
+    return sorted({r["concurrency"] for r in scale["costs"] if r["shape"] == shape})
+
+
+def depths_of(scale: Mapping, shape: str) -> list[int]:
+    return sorted({r["depth"] for r in scale["costs"] if r["shape"] == shape and r["method"] == "peagle"})
 
 
 # ------------------------------------------------------------------ the check against our sweep

@@ -3,7 +3,8 @@
 - ``DraftBatchExplorer``: sliders for K, c and accepted counts over the draft-batch figure (notebook 2);
 - ``LiveFigure``: a figure redrawn in place from a growing result (the live sweep of notebook 5);
 - ``TrainingMonitor``: a ``Trainer`` callback drawing the loss and per-depth agreement live (notebook 6);
-- ``KModelExplorer``: sliders for the K model's acceptance and costs over its predicted curves (notebook 5).
+- ``KModelExplorer``: sliders for the K model's acceptance and costs over its predicted curves (notebook 5);
+- ``ScaleExplorer``: a target shape, c and acceptance source over predicted TPS against K (notebook 8).
 
 ``DraftBatchExplorer`` lays out a toy decode batch with ``prepare_draft_inputs`` and redraws
 the draft-batch figure whenever a slider moves:
@@ -25,12 +26,14 @@ import ipywidgets as w
 from IPython.display import Markdown, display
 
 from .figures import draft_batch_figure, figure_mime_bundle, training_curves_figure
-from .kmodel import METHODS, fit_k_model, predicted_peak_k
+from .kmodel import METHODS, Acceptance, fit_k_model, predicted_peak_k
 from .layout import layout_toy_batch
 from .mechanics_figures import k_model_figure
+from . import predict
+from .scale_figures import prediction_figure
 from ..train.loop import Callback
 
-__all__ = ["DraftBatchExplorer", "LiveFigure", "TrainingMonitor", "KModelExplorer"]
+__all__ = ["DraftBatchExplorer", "LiveFigure", "TrainingMonitor", "KModelExplorer", "ScaleExplorer"]
 
 
 def _show_in(output, figure) -> None:
@@ -287,6 +290,92 @@ class KModelExplorer:
             fit = fit.with_model(m, **shared, **{p: self.sliders[m, p].value for p in ("first", "decay", "pass_ms")})
         self.fit = fit
         self.figure = k_model_figure(fit, self.ks)
+        self.redraws += 1
+        _show_in(self.output, self.figure)
+
+    def _ipython_display_(self) -> None:
+        display(self.widget)
+
+
+class ScaleExplorer:
+    """Predicted throughput against K at a target's shape (``peagle_lab.lab.predict``), both methods.
+
+    ```
+     [shape ▾] [c ▾] [P-EAGLE layers ▾] [acceptance ▾  paper (HumanEval) | ours: chat | ours: code | sliders]
+     EAGLE-3: [a_1 ──●──] [decay ──●──]      P-EAGLE: [a_1 ──●──] [decay ──●──]   (moving one picks "sliders")
+     ┌ figure: predicted tokens/s against K (best K starred) │ each method's step at its best K ┐
+    ```
+
+    Args:
+        scale: the scale lab's JSON (``predict.load_scale``); bench: a K sweep for "ours" (None: no such source).
+
+    Attributes:
+        figure, curves (``{method: {K: TPS}}``), redraws: what is on screen, for tests.
+    """
+
+    def __init__(self, scale, bench=None, shape: str = "gpt-oss-20b", concurrency: int = 1,
+                 source: str = "paper (HumanEval)") -> None:
+        self.scale, self.redraws, self._quiet = scale, 0, True
+        self.sources = {"paper (HumanEval)": predict.paper_acceptance()}
+        for wl in sorted({r["workload"] for r in (bench or {"rows": []})["rows"]}):
+            self.sources[f"ours: {wl}"] = predict.measured_acceptance(bench, wl)
+        style = {"description_width": "initial"}
+        shapes = predict.shapes_of(scale)
+        self.shape = w.Dropdown(options=shapes, value=shape if shape in shapes else shapes[0], description="shape",
+                                style=style)
+        self.concurrency = w.Dropdown(description="c", style=style)
+        self.depth = w.Dropdown(description="P-EAGLE layers", style=style)
+        self.source = w.Dropdown(options=[*self.sources, "sliders"], value=source, description="acceptance",
+                                 style=style)
+        paper = self.sources["paper (HumanEval)"]
+        self.sliders = {(m, p): w.FloatSlider(value=getattr(paper[m], p), min=0.0, max=1.0, step=0.01,
+                                              description=f"{m} {p}", continuous_update=False, style=style)
+                        for m in METHODS for p in ("first", "decay")}
+        self.output = w.Output()
+        self.widget = w.VBox([w.HBox([self.shape, self.concurrency, self.depth, self.source]),
+                              w.HBox(list(self.sliders.values())), self.output])
+        self._set_options(concurrency)
+        self.shape.observe(lambda _c: self._set_options(self.concurrency.value), names="value")
+        for dd in (self.concurrency, self.depth, self.source):
+            dd.observe(lambda _c: self.redraw(), names="value")
+        for s_ in self.sliders.values():
+            s_.observe(lambda _c: self._slid(), names="value")
+        self._quiet = False
+        self.redraw()
+
+    def _set_options(self, concurrency: int) -> None:
+        quiet, self._quiet = self._quiet, True
+        cs = predict.concurrencies_of(self.scale, self.shape.value)
+        self.concurrency.options = cs
+        self.concurrency.value = concurrency if concurrency in cs else cs[0]
+        depths = predict.depths_of(self.scale, self.shape.value)
+        self.depth.options = depths
+        self.depth.value = predict.PEAGLE_DEPTH if predict.PEAGLE_DEPTH in depths else depths[-1]
+        self._quiet = quiet
+        self.redraw()
+
+    def _slid(self) -> None:
+        if self.source.value != "sliders":
+            self.source.value = "sliders"  # redraws
+        else:
+            self.redraw()
+
+    def acceptance(self) -> dict:
+        """Each method's acceptance under the chosen source."""
+        if self.source.value == "sliders":
+            return {m: Acceptance(self.sliders[m, "first"].value, self.sliders[m, "decay"].value) for m in METHODS}
+        return self.sources[self.source.value]
+
+    def redraw(self) -> None:
+        if self._quiet:
+            return
+        shape, c, depth = self.shape.value, self.concurrency.value, self.depth.value
+        self.curves = predict.tps_curves(self.scale, shape, c, self.acceptance(), depth)
+        best = {m: max(tps, key=lambda k: (tps[k], -k)) for m, tps in self.curves.items()}
+        ratio = self.curves["peagle"][best["peagle"]] / self.curves["eagle3"][best["eagle3"]]
+        self.figure = prediction_figure(self.curves, predict.step_split(self.scale, shape, c, best, depth),
+                                        title=f"{shape}, c = {c}, acceptance: {self.source.value}; "
+                                              f"P-EAGLE / EAGLE-3 = {ratio:.2f}x")
         self.redraws += 1
         _show_in(self.output, self.figure)
 
