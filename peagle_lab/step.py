@@ -2,7 +2,9 @@
 
 ``SpecDecoder.generate`` is a loop over these; it adds only what a serving loop needs around
 them (KV caches reused across calls, CUDA graphs, timing, counters). The notebooks'
-walkthrough calls the same functions, so the step it takes apart is the engine's.
+walkthrough calls the same functions, so the step it takes apart is the engine's. Data flows
+one way: these functions receive tensors, caches and (for the drafter) a forward to run, and
+return results; nothing here calls back into the engine.
 
 ```
 pad_prompts(prompts)                         ─► ids, positions [c, T], lengths [c]
@@ -129,7 +131,9 @@ def draft(drafter: Drafter, cache: KVCache, taps: torch.Tensor, ids: torch.Tenso
     """K draft tokens after the processed batch: P-EAGLE in one pass, EAGLE-3 in K.
 
     ``batch`` is :func:`prepare_draft`'s result when the caller built (and timed) it apart;
-    ``forward`` replaces the drafter's plain forward (the engine passes a CUDA-graphed one);
+    ``forward(cache, ids, hidden, positions, slots, rows, fresh=False)`` runs one drafter pass in
+    place of the drafter's plain forward (the engine passes a
+    :class:`~peagle_lab.engine.graphs.DrafterPass` it built once: compiled layers, CUDA graphs);
     ``fresh``: a first draft after :func:`prefill`, into cache blocks that hold nothing older
     (its first pass then attends causally over its own keys; ``Drafter.forward``).
     """

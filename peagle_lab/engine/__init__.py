@@ -51,6 +51,12 @@ from .graphs import CompiledForward, CudaGraphs, capture_graph, compiled, compil
 from .loop import SpecDecoder
 from .metrics import GenerationResult, Metrics, StepTrace, Timer
 
+# The public classes belong to the package, where users import them and the API reference
+# documents them (their code stays in the module of its job).
+for _public in (SpecDecoder, GenerationResult, Metrics, StepTrace, CompiledForward):
+    _public.__module__ = __name__
+del _public
+
 __all__ = ["SpecDecoder", "GenerationResult", "Metrics", "StepTrace", "Timer", "CudaGraphs", "capture_graph",
            "compiled", "CompiledForward", "compiled_forward", "decode_attention_fn", "copy_kv_blocks",
            "move_kv_blocks", "check_prompts", "check_eos", "padded_prefill_width", "KV_BLOCK_ALIGN",

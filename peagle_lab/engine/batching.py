@@ -23,7 +23,8 @@ from ..models.llama import LlamaModel
 from .graphs import CudaGraphs
 from .state import State
 
-__all__ = ["KV_BLOCK_ALIGN", "Caches", "Rows", "admission_batch", "admitted", "compact", "move_kv_blocks", "copy_kv_blocks"]
+__all__ = ["KV_BLOCK_ALIGN", "Caches", "Rows", "admission_batch", "admitted", "compact", "move_kv_blocks",
+           "copy_kv_blocks"]
 
 KV_BLOCK_ALIGN = 64  # positions; see Caches.main
 

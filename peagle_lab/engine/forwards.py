@@ -43,7 +43,8 @@ class Forwards:
     """The forwards of an engine over ``target`` and ``drafter`` (None for plain decoding) under ``config``.
 
     ``use_graphs``: CUDA graphs (``SpecConfig.cuda_graphs`` on a CUDA device). ``compiled``: each decoder
-    layer compiled (``SpecConfig.compile``); ``layer_fn`` is then the shared :class:`CompiledForward`.
+    layer compiled (``SpecConfig.compile``); ``layer_fn`` is then the shared
+    :class:`~peagle_lab.engine.CompiledForward`.
     ``graphs`` holds the decode step's graphs, ``prefill_graphs`` one graph per padded prompt shape.
     """
 

@@ -92,14 +92,10 @@ class SpecDecoder:
         """Seconds spent compiling, warming up and capturing CUDA graphs so far (0 without graphs)."""
         return self._graphs.warmup_s + self._prefill_graphs.warmup_s
 
-    @property
-    def compile_prefill(self) -> bool:
-        """Whether the prefill (and a first draft's passes over the prompts) run each layer compiled."""
-        return self.forwards.compile_prefill
-
-    @compile_prefill.setter
-    def compile_prefill(self, on: bool) -> None:
-        self.forwards.set_compile_prefill(on)
+    compile_prefill = property(lambda self: self.forwards.compile_prefill,
+                               lambda self, on: self.forwards.set_compile_prefill(on),
+                               doc="Whether the prefill (and a first draft's passes over the prompts) run each "
+                                   "layer compiled (``Forwards.set_compile_prefill``).")
 
     # ------------------------------------------------------------------ the loop
     @torch.inference_mode()
@@ -129,9 +125,11 @@ class SpecDecoder:
         timer = Timer(self.device)
 
         t0 = time.perf_counter()
-        st, outputs, done, first_marks = self._start(prompts, req, caches, max_len, gen, timer)
-        prefill_s = time.perf_counter() - t0  # the first tokens' read waited for the first draft, queued before it
+        # prefill: the prompts' KV, each request's first token (the bonus) and its first K drafts
+        st, outputs, done, first_marks = self._first_step(prompts, req, caches, max_len, gen, timer)
+        prefill_s = time.perf_counter() - t0  # the first tokens' read waited for the first drafts, queued before it
         t1 = time.perf_counter()
+        # the loop: verify the drafts, draft the next ones, accept what was verified; until every request is done
         counts, trace = self._decode(st, list(outputs), done, req, caches, max_len, gen, timer, max(map(len, prompts)))
         if self.device.type == "cuda":
             torch.cuda.synchronize()
@@ -143,7 +141,7 @@ class SpecDecoder:
                                  decode_s, first_draft_s)
         return GenerationResult(outs, metrics, [step_trace(timer, *t) for t in trace])
 
-    def _start(self, prompts, req: Request, caches, max_len: int, gen, timer: Timer):
+    def _first_step(self, prompts, req: Request, caches, max_len: int, gen, timer: Timer):
         """Prefill, the first token of each request, and its first drafts: (state, outputs, done, draft marks)."""
         K, cache_t, cache_d = self.config.k, *caches
         ids, pos, lens = step.pad_prompts(prompts, self.device)
@@ -158,7 +156,7 @@ class SpecDecoder:
 
     def _decode(self, st: State, outputs: list[list[int]], done: list[bool], req: Request, caches, max_len: int,
                 gen, timer: Timer, longest: int) -> tuple[Counts, list]:
-        """Verify, draft, accept until every request is done; (counters, trace rows).
+        """The decode loop from state ``st``: verify, draft, accept until every request is done; (counters, trace).
 
         ``outputs`` and ``done`` are by row: compaction reorders them (each request's list keeps growing).
         Plain decoding queues step n + 1 before it reads step n (see :func:`may_continue`): no drafter
