@@ -355,6 +355,10 @@ def update_readme(page: str, bench: Mapping, source: str = README_SWEEP) -> str:
 SPEED_BENCH_SPEEDUP = {1: 1.69, 2: 1.61, 4: 1.54, 8: 1.45, 16: 1.40, 32: 1.22, 64: 1.25}
 # Acceptance length on HumanEval, {(method, K): AL} (the AL tables; the same figures as al_*_k3/k7 above).
 HUMANEVAL_AL = {("peagle", 3): 3.02, ("peagle", 7): 3.94, ("eagle3", 3): 2.65, ("eagle3", 7): 3.03}
+# The same tables' ALs on every benchmark, {benchmark: {(method, K): AL}}.
+PAPER_AL = {"HumanEval": HUMANEVAL_AL,
+            "SPEED-Bench": {("peagle", 3): 2.87, ("peagle", 7): 3.38, ("eagle3", 3): 2.24, ("eagle3", 7): 2.59},
+            "MT-Bench": {("peagle", 3): 2.87, ("peagle", 7): 3.70, ("eagle3", 3): 2.70, ("eagle3", 7): 3.27}}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
