@@ -154,3 +154,23 @@ def test_scale_explorer_switches_sources_and_shapes(bench, scale_doc):
     e.shape.value = "smollm2-135m"
     assert e.concurrency.value in predict.concurrencies_of(scale_doc, "smollm2-135m")
     assert e.figure.layout.title.text.startswith("smollm2-135m")
+
+
+def test_paper_acceptance_per_benchmark():
+    from peagle_lab.lab.paper import PAPER_AL
+
+    for bench_name, al in PAPER_AL.items():
+        acc = predict.paper_acceptance(bench_name)
+        for (m, k), value in al.items():
+            assert predict.al_at(acc[m], k) == pytest.approx(value, abs=1e-9)
+    with pytest.raises(ValueError, match="SPEED-Bench"):
+        predict.paper_acceptance("GSM8K")
+
+
+def test_drafting_cost_to_match_reproduces_the_ratio_it_was_asked_for(scale_doc):
+    acc = predict.paper_acceptance("SPEED-Bench")
+    now = predict.speedup_table(scale_doc, "gpt-oss-20b", acc)[0]["ratio"]
+    assert predict.drafting_cost_to_match(scale_doc, "gpt-oss-20b", 1, acc, now) == pytest.approx(1.0, abs=1e-3)
+    higher = predict.drafting_cost_to_match(scale_doc, "gpt-oss-20b", 1, acc, now * 1.2)
+    assert higher is not None and higher > 1.0
+    assert predict.drafting_cost_to_match(scale_doc, "gpt-oss-20b", 1, acc, 100.0) is None

@@ -33,11 +33,11 @@ from pathlib import Path
 from ..bench.scale import step_costs
 from ..provenance import REPO
 from .kmodel import METHODS, Acceptance, acceptance_length, measured_decode_tps
-from .paper import HUMANEVAL_AL, SPEED_BENCH_SPEEDUP
+from .paper import HUMANEVAL_AL, PAPER_AL, SPEED_BENCH_SPEEDUP
 
 __all__ = ["fit_geometric", "paper_acceptance", "measured_acceptance", "al_at", "predicted_tps", "best_k",
            "speedup_table", "check_against_bench", "check_summary", "baseline_strength", "load_scale",
-           "tps_curves", "step_split", "usable_ks", "shapes_of", "concurrencies_of", "depths_of",
+           "tps_curves", "step_split", "usable_ks", "drafting_cost_to_match", "shapes_of", "concurrencies_of", "depths_of",
            "SCALE_JSON", "OUR_SWEEP", "PEAGLE_DEPTH", "KS"]
 
 KS = tuple(range(1, 9))
@@ -90,9 +90,13 @@ def fit_geometric(al3: float, al7: float) -> Acceptance:
     return Acceptance(first, r)
 
 
-def paper_acceptance() -> dict[str, Acceptance]:
-    """(b): each method's geometric acceptance fitted to the paper's HumanEval AL(3) and AL(7)."""
-    return {m: fit_geometric(HUMANEVAL_AL[(m, 3)], HUMANEVAL_AL[(m, 7)]) for m in METHODS}
+def paper_acceptance(benchmark: str = "HumanEval") -> dict[str, Acceptance]:
+    """(b): each method's geometric acceptance fitted to the paper's AL(3) and AL(7) on ``benchmark``
+    (HumanEval, SPEED-Bench or MT-Bench: ``paper.PAPER_AL``)."""
+    if benchmark not in PAPER_AL:
+        raise ValueError(f"benchmark={benchmark!r}; the paper publishes ALs for {', '.join(PAPER_AL)}")
+    al = PAPER_AL[benchmark]
+    return {m: fit_geometric(al[(m, 3)], al[(m, 7)]) for m in METHODS}
 
 
 def measured_acceptance(bench: Mapping, workload: str) -> dict[str, tuple[float, ...]]:
@@ -206,6 +210,29 @@ def concurrencies_of(scale: Mapping, shape: str) -> list[int]:
 
 def depths_of(scale: Mapping, shape: str) -> list[int]:
     return sorted({r["depth"] for r in scale["costs"] if r["shape"] == shape and r["method"] == "peagle"})
+
+
+def drafting_cost_to_match(scale: Mapping, shape: str, concurrency: int, acceptance: Mapping[str, object],
+                           ratio: float, depth: int = PEAGLE_DEPTH) -> float | None:
+    """The factor on EAGLE-3's drafter time (its K passes) at which the predicted P-EAGLE ÷ EAGLE-3 reaches
+    ``ratio``: how much dearer EAGLE-3's drafting would have to be, relative to the target, than in this
+    engine. None where no factor in [0.05, 50] reaches it."""
+    def predicted_ratio(factor: float) -> float:
+        _, p = best_k(scale, shape, "peagle", concurrency, acceptance["peagle"], depth)
+        best = 0.0
+        for k in usable_ks(acceptance["eagle3"]):
+            c = step_costs(scale, shape, "eagle3", k, concurrency, depth)
+            step = c["step_ms"] + (factor - 1.0) * c["draft_ms"]
+            best = max(best, 1000.0 * concurrency * al_at(acceptance["eagle3"], k) / step)
+        return p / best
+
+    lo, hi = 0.05, 50.0
+    if not predicted_ratio(lo) <= ratio <= predicted_ratio(hi):
+        return None
+    for _ in range(50):  # the ratio grows with the factor
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if predicted_ratio(mid) < ratio else (lo, mid)
+    return (lo + hi) / 2
 
 
 # ------------------------------------------------------------------ the check against our sweep

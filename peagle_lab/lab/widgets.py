@@ -301,7 +301,7 @@ class ScaleExplorer:
     """Predicted throughput against K at a target's shape (``peagle_lab.lab.predict``), both methods.
 
     ```
-     [shape ▾] [c ▾] [P-EAGLE layers ▾] [acceptance ▾  paper (HumanEval) | ours: chat | ours: code | sliders]
+     [shape ▾] [c ▾] [P-EAGLE layers ▾] [acceptance ▾  paper (HumanEval, …) | ours: chat | ours: code | sliders]
      EAGLE-3: [a_1 ──●──] [decay ──●──]      P-EAGLE: [a_1 ──●──] [decay ──●──]   (moving one picks "sliders")
      ┌ figure: predicted tokens/s against K (best K starred) │ each method's step at its best K ┐
     ```
@@ -316,7 +316,7 @@ class ScaleExplorer:
     def __init__(self, scale, bench=None, shape: str = "gpt-oss-20b", concurrency: int = 1,
                  source: str = "paper (HumanEval)") -> None:
         self.scale, self.redraws, self._quiet = scale, 0, True
-        self.sources = {"paper (HumanEval)": predict.paper_acceptance()}
+        self.sources = {f"paper ({b})": predict.paper_acceptance(b) for b in ("HumanEval", "SPEED-Bench", "MT-Bench")}
         for wl in sorted({r["workload"] for r in (bench or {"rows": []})["rows"]}):
             self.sources[f"ours: {wl}"] = predict.measured_acceptance(bench, wl)
         style = {"description_width": "initial"}
