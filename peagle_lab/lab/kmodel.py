@@ -29,8 +29,11 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
+from ..hardware import DEVICES
+
 __all__ = ["Acceptance", "StepCosts", "MethodModel", "KFit", "METHODS", "drafter_passes", "acceptance_length",
-           "step_ms", "predicted_tps", "predicted_peak_k", "measured_decode_tps", "fit_k_model", "peak_check"]
+           "step_ms", "predicted_tps", "predicted_peak_k", "measured_decode_tps", "fit_k_model", "peak_check",
+           "DEVICE_PRESETS", "device_costs"]
 
 METHODS = ("eagle3", "peagle")
 
@@ -220,3 +223,28 @@ def peak_check(fit: KFit) -> dict[str, dict]:
                   "measured_peak_tps": measured[k_meas], "measured_at_predicted_k": measured[k_pred],
                   "shortfall": 1.0 - measured[k_pred] / measured[k_meas]}
     return out
+
+
+# The GPUs the K-model's step costs can be carried to (peagle_lab.hardware: published bandwidth, SMs, bf16
+# peak). The B200 is a projection (``DEVICES["B200"].projection``): no B200 has run this lab's code.
+DEVICE_PRESETS = {name: DEVICES[name] for name in ("H100", "H200", "B200")}
+
+
+def device_costs(costs: StepCosts, measured_on: str, device: str) -> StepCosts:
+    """``costs`` measured on ``measured_on`` carried to ``device`` by the ratio of their memory bandwidths.
+
+    A decode step at small c reads the weights and the KV cache once a pass, so its GPU parts (verify, the
+    drafter pass) scale with 1 / bandwidth; the host's share stays. Where either preset is a projection
+    (``DEVICE_PRESETS[name].projection``, the B200) the result is one too: an estimate, not a measurement.
+
+    >>> c = StepCosts(verify_ms=1.2, verify_ms_per_token=0.01, pass_ms=0.24, host_ms=0.3)
+    >>> b200 = device_costs(c, "H200", "B200")   # 4.8 → 8.0 TB/s
+    >>> round(b200.verify_ms, 3), round(b200.pass_ms, 3), b200.host_ms, DEVICE_PRESETS["B200"].projection
+    (0.72, 0.144, 0.3, True)
+    """
+    for name in (measured_on, device):
+        if name not in DEVICE_PRESETS:
+            raise ValueError(f"unknown device {name!r}: expected one of {', '.join(DEVICE_PRESETS)}")
+    ratio = DEVICE_PRESETS[measured_on].hbm_tb_s / DEVICE_PRESETS[device].hbm_tb_s
+    return replace(costs, verify_ms=costs.verify_ms * ratio, verify_ms_per_token=costs.verify_ms_per_token * ratio,
+                   pass_ms=costs.pass_ms * ratio)
