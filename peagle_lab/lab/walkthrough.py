@@ -32,7 +32,7 @@ from ..models.llama import KVCache, LlamaModel
 from ..verify import VerifyResult, verify_greedy
 
 __all__ = ["Prefill", "OneStep", "prefill", "one_step", "oracle_drafts", "median_step", "shipped_head_facts",
-           "bench_step_split", "best_k"]
+           "bench_step_split", "best_k", "interleaved_draft_ms"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -228,3 +228,20 @@ def best_k(bench: dict, method: str, *, concurrency: int = 1, workload: str = "c
     if not rows:
         raise ValueError(f"no {method} rows at c = {concurrency}, workload {workload!r} in the bench")
     return max(rows, key=lambda r: r["tps"])
+
+
+def interleaved_draft_ms(target: LlamaModel, drafters: dict[str, Drafter], prompts: list[list[int]], *, k: int,
+                         repeats: int = 3, max_new_tokens: int = 24) -> dict[str, float]:
+    """Median drafting time per decode step of each method, its runs interleaved so that a busy machine slows
+    all methods alike (the first step of each run is warm-up and is dropped).
+
+    Returns:
+        ``{method: median draft_ms over the drafting steps of all runs}``.
+    """
+    steps: dict[str, list[float]] = {m: [] for m in drafters}
+    for _ in range(repeats):
+        for method, drafter in drafters.items():
+            cfg = SpecConfig(method=method, num_speculative_tokens=k, max_new_tokens=max_new_tokens)
+            trace = SpecDecoder(target, drafter, cfg).generate(prompts).trace
+            steps[method] += [s.draft_ms for s in trace[1:] if s.drafter_forwards]
+    return {m: statistics.median(v) for m, v in steps.items() if v}
