@@ -233,7 +233,10 @@ def test_an_answer_length_session_lands_beside_the_sweeps_with_its_goals(tmp_pat
     assert land_sweep.main([str(fetched), "--root", str(root)]) == 0  # an H100 is fine
     dest = root / "docs" / "results" / "h100" / "answer_length" / f"2026-12-06-{NEW[:7]}"
     assert (dest / "code" / "bench.log").read_text() == "code log\n" and (dest / "mt_bench" / "bench.json").is_file()
-    assert {p.name for p in dest.iterdir()} >= {"stage_seconds.json", "sweep_session.log", "doctor.json", "summary.json"}
+    assert {p.name for p in dest.iterdir()} >= {"stage_seconds.json", "sweep_session.log", "doctor.json", "summary.json",
+                                                "bench.json"}
+    merged = json.loads((dest / "bench.json").read_text())  # both workloads' rows in one bench file
+    assert {r["workload"] for r in merged["rows"]} == {"code", "mt_bench"} and merged["run_info"]["commit"] == NEW
     assert json.loads((root / "docs/results/h100" / f"gpu_suite_2026-12-06-{NEW[:7]}" / "gpu_suite.json").read_text())[
         "passed"] == 92
     assert (root / "docs/results/h100/scale/scale.json").read_text() == "{}"

@@ -9,7 +9,8 @@ them, takes each method at its own best K per (workload, c) (``analysis.best_k``
 
     python -m peagle_lab.bench.answer_length FOLDER [--json SUMMARY.json]
 
-FOLDER holds ``code/bench.json`` and ``mt_bench/bench.json`` (either may be missing: its goals read n/a).
+FOLDER holds ``code/bench.json`` and ``mt_bench/bench.json`` (either may be missing: its goals read n/a);
+``scripts/dev/land_sweep.py`` also writes their rows as one ``bench.json`` beside them (``merge``).
 """
 from __future__ import annotations
 
@@ -65,6 +66,24 @@ def summarize(results: dict[str, BenchResult]) -> dict:
             goals.append({"goal": f"{m} best K {text}, {w}, c = 1", "value": k,
                           "status": "n/a" if k is None else "PASS" if ok(k) else "MISS"})
     return {"columns": columns, "goals": goals, "runs": {w: res.run_info for w, res in results.items()}}
+
+
+def merge(results: dict[str, BenchResult]) -> BenchResult:
+    """One result with every workload's rows, for readers that take one bench file (tables, notebooks).
+
+    ``run_info`` is the first workload's (the session sets one commit and device for all), with each
+    workload's own command under ``commands``; ``config`` is the first's with ``workloads`` and ``prompts``
+    joined. Raises ValueError when the results come from different commits or devices.
+    """
+    infos = {w: r.run_info for w, r in results.items()}
+    if len({(i.get("commit"), i.get("device")) for i in infos.values()}) != 1:
+        raise ValueError(f"results from different commits or devices: {infos}")
+    first = next(iter(results.values()))
+    run_info = {**first.run_info, "commands": {w: i.get("command") for w, i in infos.items()}}
+    config = {**first.config, "workloads": [w for r in results.values() for w in r.config.get("workloads", [])],
+              "prompts": {k: v for r in results.values() for k, v in r.config.get("prompts", {}).items()}}
+    return BenchResult(run_info, config, [row for r in results.values() for row in r.rows],
+                       [s for r in results.values() for s in r.skipped])
 
 
 def load_folder(folder: Path | str) -> dict[str, BenchResult]:

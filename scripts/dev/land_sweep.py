@@ -305,7 +305,8 @@ def check_answer_length(folder: Path, any_device: bool = False) -> tuple[str, st
 
 def land_answer_length(fetched: Path, root: Path, any_device: bool = False) -> Path:
     """Check, then copy an answer-length session under ``docs/results/<device>/``; return its folder."""
-    from peagle_lab.bench.answer_length import load_folder, render, summarize
+    from peagle_lab.bench.answer_length import load_folder, merge, render, summarize
+    from peagle_lab.bench.schema import write_json
 
     with tempfile.TemporaryDirectory() as work:
         answers = _optional_part(fetched, Path(work), "answer_length")
@@ -327,7 +328,9 @@ def land_answer_length(fetched: Path, root: Path, any_device: bool = False) -> P
             if (src := _optional_part(fetched, Path(work), part)) is not None:
                 shutil.copytree(src, target, dirs_exist_ok=True)
                 print(f"placed {part} in {target.relative_to(root)}")
-    summary = summarize(load_folder(dest))
+    by_workload = load_folder(dest)
+    write_json(merge(by_workload), dest / "bench.json")  # both workloads in one file, for tables and notebooks
+    summary = summarize(by_workload)
     (dest / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     print(f"placed the answer-length session from {device}, commit {commit[:7]}, in {dest.relative_to(root)}")
     print(render(summary))
