@@ -174,3 +174,22 @@ def test_drafting_cost_to_match_reproduces_the_ratio_it_was_asked_for(scale_doc)
     higher = predict.drafting_cost_to_match(scale_doc, "gpt-oss-20b", 1, acc, now * 1.2)
     assert higher is not None and higher > 1.0
     assert predict.drafting_cost_to_match(scale_doc, "gpt-oss-20b", 1, acc, 100.0) is None
+
+
+def test_scale_report_prints_what_predict_computes(bench, scale_doc):
+    from peagle_lab.lab import scale_report
+
+    cells = predict.check_against_bench(scale_doc, bench)
+    text = scale_report.check_table(cells)
+    s = predict.check_summary(cells)
+    assert f"largest error {s['max_abs_error']:.1%}" in text
+    acc = predict.paper_acceptance("SPEED-Bench")
+    ratio = predict.speedup_table(scale_doc, "gpt-oss-20b", acc)[0]["ratio"]
+    assert f"predicted P/E {ratio:.2f}x" in scale_report.distance_report(scale_doc)
+    assert "1.69x" in scale_report.speedup_text({"paper": predict.speedup_table(scale_doc, "gpt-oss-20b", acc)})
+    lead = 3.94 / 3.03
+    assert f"the paper {lead:.2f}x" in scale_report.baseline_text(bench)
+    table = scale_report.acceptance_vs_shape(scale_doc, {"paper": acc})
+    assert all(shape in table for shape in predict.shapes_of(scale_doc))
+    assert "smollm2-135m" in scale_report.step_table(scale_doc, 7, 1)
+    assert scale_report.scale_summary(scale_doc, "x.json").startswith("scale lab: x.json")
