@@ -38,19 +38,27 @@ from .paper import HUMANEVAL_AL, PAPER_AL, SPEED_BENCH_SPEEDUP
 __all__ = ["fit_geometric", "paper_acceptance", "measured_acceptance", "al_at", "predicted_tps", "best_k",
            "speedup_table", "check_against_bench", "check_summary", "baseline_strength", "load_scale",
            "tps_curves", "step_split", "usable_ks", "drafting_cost_to_match", "shapes_of", "concurrencies_of", "depths_of",
-           "SCALE_JSON", "OUR_SWEEP", "PEAGLE_DEPTH", "KS"]
+           "SCALE_GLOB", "CPU_SCALE", "scale_files", "OUR_SWEEP", "PEAGLE_DEPTH", "KS"]
 
 KS = tuple(range(1, 9))
 PEAGLE_DEPTH = 4  # the shipped P-EAGLE head's layers (and the paper's GPT-OSS 20B drafter's)
 OUR_SWEEP = "docs/results/h200/k_scaling/bench.json"  # the K sweep of the shipped heads
-# the scale lab's JSON: the GPU run where one is committed, else the CPU rehearsal (tiny shapes)
-SCALE_JSON = ("docs/results/h100/scale/scale.json", "docs/results/h200/scale/scale.json",
-              "docs/results/cpu/scale/scale.json")
+# the scale lab's JSON: a GPU run (docs/results/<device>/scale/, any folder depth) where one is committed, the
+# newest by its date, else the CPU rehearsal (tiny shapes)
+SCALE_GLOB = "docs/results/*/scale/**/scale.json"
+CPU_SCALE = "docs/results/cpu/scale/scale.json"
+
+
+def scale_files() -> list[Path]:
+    """The committed scale-lab JSONs in the order ``load_scale`` prefers them: GPU runs newest first, then the CPU's."""
+    gpu = [p for p in REPO.glob(SCALE_GLOB) if p != REPO / CPU_SCALE]
+    gpu.sort(key=lambda p: json.loads(p.read_text()).get("date", ""), reverse=True)
+    return gpu + [REPO / CPU_SCALE]
 
 
 def load_scale(path: str | Path | None = None) -> tuple[dict, str]:
-    """(the scale lab's JSON, its path relative to the repository): ``path``, else the first of ``SCALE_JSON``."""
-    candidates = [Path(path)] if path else [REPO / p for p in SCALE_JSON]
+    """(the scale lab's JSON, its path relative to the repository): ``path``, else the first of ``scale_files()``."""
+    candidates = [Path(path)] if path else scale_files()
     for p in candidates:
         if p.is_file():
             rel = p.resolve().relative_to(REPO) if p.resolve().is_relative_to(REPO) else p
