@@ -1,6 +1,7 @@
 """The exercise checks (peagle_lab.lab.checks) accept the worked solutions and reject wrong answers with a hint."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -142,6 +143,12 @@ def test_chain_mask(capsys):
     out = capsys.readouterr().out
     assert out.startswith("correct: your rule is the chain mask on 3 COD layouts")
     assert "Key (3, 0) embeds x[4], the token chain 1 drafts at depth 1" in out
+
+
+@pytest.mark.parametrize("as_bool", [np.bool_, torch.tensor])
+def test_chain_mask_takes_numpy_and_tensor_truth_values(as_bool, capsys):
+    checks.check_chain_mask(lambda *pair: as_bool(ex.chain_sees(*pair)), 4)
+    assert capsys.readouterr().out.startswith("correct:")
 
 
 @pytest.mark.parametrize("sees, leaked, hint", [
