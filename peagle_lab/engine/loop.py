@@ -77,9 +77,9 @@ class SpecDecoder:
         return self.caches.main(c, max_len)
 
     # The main caches (the target's, the drafter's), the scratch ones and how often the main ones were
-    # allocated (a soak test's proof that they are reused): ``Caches`` holds them.
-    _cache_t = property(lambda self: self.caches.t)
-    _cache_d = property(lambda self: self.caches.d)
+    # allocated (a soak test's proof that they are reused): ``Caches`` holds them. None: the next call allocates.
+    _cache_t = property(lambda self: self.caches.t, lambda self, cache: setattr(self.caches, "t", cache))
+    _cache_d = property(lambda self: self.caches.d, lambda self, cache: setattr(self.caches, "d", cache))
     _scratch_caches = property(lambda self: self.caches.scratch_caches)
     cache_allocations = property(lambda self: self.caches.allocations)
 
