@@ -117,3 +117,13 @@ def test_the_sliders_move_the_curves(sweep):
     assert explorer.predicted_peaks()["eagle3"] >= 6
     explorer.concurrency.value = 64  # refits: the sliders return to the fitted values
     assert explorer.sliders["peagle", "decay"].value == pytest.approx(explorer.base.models["peagle"].acceptance.decay)
+
+
+def test_sweep_heads_names_the_shipped_heads_by_digest():
+    from peagle_lab.heads import bundled_head_dir
+    from peagle_lab.heads.io import head_digest
+
+    shipped = {m: head_digest(bundled_head_dir(m)) for m in kmodel.METHODS}
+    assert kmodel.sweep_heads({"config": {"head_digests": shipped}}) == {m: "the shipped head" for m in kmodel.METHODS}
+    other = kmodel.sweep_heads({"config": {"head_digests": {"eagle3": "0123456789abcdef"}}})
+    assert other == {"eagle3": "another head (digest 0123456789abcdef)", "peagle": "not recorded"}

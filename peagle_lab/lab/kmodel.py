@@ -33,7 +33,7 @@ from ..hardware import DEVICES
 
 __all__ = ["Acceptance", "StepCosts", "MethodModel", "KFit", "METHODS", "drafter_passes", "acceptance_length",
            "step_ms", "predicted_tps", "predicted_peak_k", "measured_decode_tps", "fit_k_model", "peak_check",
-           "DEVICE_PRESETS", "device_costs"]
+           "sweep_heads", "DEVICE_PRESETS", "device_costs"]
 
 METHODS = ("eagle3", "peagle")
 
@@ -222,6 +222,30 @@ def peak_check(fit: KFit) -> dict[str, dict]:
                   "predicted_peak_tps": predicted_tps(model, k_pred, fit.concurrency),
                   "measured_peak_tps": measured[k_meas], "measured_at_predicted_k": measured[k_pred],
                   "shortfall": 1.0 - measured[k_pred] / measured[k_meas]}
+    return out
+
+
+def sweep_heads(bench: Mapping) -> dict[str, str]:
+    """Which heads a sweep measured, by the fingerprints its ``config.head_digests`` records.
+
+    A fit describes the heads the sweep ran, so read it beside this: ``"the shipped head"``
+    when the recorded digest is the bundled head's, ``"another head (digest …)"`` when it is not,
+    ``"not recorded"`` when the file has no fingerprint.
+
+    >>> sweep_heads({"config": {}})
+    {'eagle3': 'not recorded', 'peagle': 'not recorded'}
+    """
+    from ..heads import bundled_head_dir
+    from ..heads.io import head_digest
+
+    recorded = (bench.get("config") or {}).get("head_digests") or {}
+    out = {}
+    for m in METHODS:
+        bundled = bundled_head_dir(m)
+        digest = recorded.get(m)
+        out[m] = ("not recorded" if not digest else
+                  "the shipped head" if bundled is not None and digest == head_digest(bundled) else
+                  f"another head (digest {digest})")
     return out
 
 
