@@ -125,3 +125,21 @@ def test_command_line_writes_json_with_run_info(tmp_path):
     assert doc["device"].startswith("CPU") and doc["command"].startswith("peagle-lab scale")
     assert {r["shape"] for r in doc["costs"]} == {"llama-3.2-1b"}
     assert doc["grid"]["ks"] == [2]
+
+
+def test_gpu_script_rehearses_on_the_cpu(tmp_path):
+    """scripts/gpu/scale_lab_gpu.sh with --tiny: the command the GPU runs, on tiny shapes."""
+    import os
+    import subprocess
+    import sys
+
+    from peagle_lab.provenance import REPO
+
+    env = {**os.environ, "OUT": str(tmp_path), "PYTHON": sys.executable, "OMP_NUM_THREADS": "1",
+           "SCALE_FLAGS": "--tiny --shapes llama-3.2-1b -k 1 --depths 1"}
+    out = subprocess.run(["bash", str(REPO / "scripts/gpu/scale_lab_gpu.sh")], env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    doc = json.loads((tmp_path / "scale.json").read_text())
+    assert {r["shape"] for r in doc["rows"]} == {"llama-3.2-1b"} and doc["costs"]
+    assert "scale lab took" in (tmp_path / "scale.log").read_text()
