@@ -30,7 +30,7 @@ import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from ..bench.scale import step_costs
+from ..bench.scale_costs import step_costs
 from ..provenance import REPO
 from .kmodel import METHODS, Acceptance, acceptance_length, measured_decode_tps
 from .paper import HUMANEVAL_AL, PAPER_AL, SPEED_BENCH_SPEEDUP
