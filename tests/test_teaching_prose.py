@@ -24,7 +24,7 @@ NOT_TEACHING = {"docs/results/history.md", "docs/results/README.md"}
 
 # Pages still being rewritten in parallel (issue 48). Skipped here, and named in the report of this test's
 # author; remove a file the moment it is clean (test_allow_listed_files_are_still_dirty says when).
-TEMPORARY_ALLOW_LIST: set[str] = {"notebooks/06_train_your_own_head.ipynb"}
+TEMPORARY_ALLOW_LIST: set[str] = set()
 
 # Development-history vocabulary. Each pattern names a way the lab's own past leaks into teaching text;
 # ordinary English ("the first token", "before the verify pass", "the session" of a workshop) stays allowed.
