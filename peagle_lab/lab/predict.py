@@ -37,7 +37,7 @@ from .paper import HUMANEVAL_AL, PAPER_AL, SPEED_BENCH_SPEEDUP
 
 __all__ = ["fit_geometric", "paper_acceptance", "measured_acceptance", "al_at", "predicted_tps", "best_k",
            "speedup_table", "check_against_bench", "check_summary", "baseline_strength", "load_scale",
-           "tps_curves", "step_split", "usable_ks", "drafting_cost_to_match", "shapes_of", "concurrencies_of", "depths_of",
+           "tps_curves", "step_split", "usable_ks", "workloads_of", "code_workload", "drafting_cost_to_match", "shapes_of", "concurrencies_of", "depths_of",
            "SCALE_GLOB", "CPU_SCALE", "scale_files", "OUR_SWEEP", "PEAGLE_DEPTH", "KS"]
 
 KS = tuple(range(1, 9))
@@ -129,6 +129,25 @@ def measured_acceptance(bench: Mapping, workload: str) -> dict[str, tuple[float,
         have = sorted({r["workload"] for r in bench["rows"] if r["method"] in METHODS})
         raise ValueError(f"workload={workload!r}: the sweep needs eagle3 and peagle rows; its workloads: {have}")
     return out
+
+
+def workloads_of(bench: Mapping) -> list[str]:
+    """The workloads a sweep measured both methods on, in its row order."""
+    names = list(dict.fromkeys(r["workload"] for r in bench["rows"] if r["method"] in METHODS))
+    return [w for w in names if {r["method"] for r in bench["rows"] if r["workload"] == w} >= set(METHODS)]
+
+
+def code_workload(bench: Mapping) -> str:
+    """The sweep's HumanEval workload ("humaneval", or "code" in sweeps that call it so).
+
+    >>> code_workload({"rows": [{"workload": w, "method": m} for w in ("chat", "code") for m in METHODS]})
+    'code'
+    """
+    have = workloads_of(bench)
+    for name in ("humaneval", "code"):
+        if name in have:
+            return name
+    raise ValueError(f"the sweep has no HumanEval workload (humaneval or code); its workloads: {have}")
 
 
 def al_at(acceptance: Acceptance | Sequence[float], k: int) -> float:

@@ -122,8 +122,10 @@ def distance_report(scale: Mapping, shape: str = "gpt-oss-20b", concurrency: int
     return "\n".join(lines)
 
 
-def baseline_text(bench: Mapping, workloads: Sequence[str] = ("chat", "code")) -> str:
-    """EAGLE-3's and P-EAGLE's AL gain from K = 3 to 7: ours per workload beside the paper's (HumanEval)."""
+def baseline_text(bench: Mapping, workloads: Sequence[str] | None = None) -> str:
+    """EAGLE-3's and P-EAGLE's AL gain from K = 3 to 7: ours per workload (default: every one the sweep has)
+    beside the paper's (HumanEval)."""
+    workloads = list(workloads or predict.workloads_of(bench))
     lines = []
     for wl in workloads:
         s = predict.baseline_strength(bench, wl)
