@@ -101,3 +101,8 @@ def test_the_table_reads_a_folder_of_workload_files_as_the_answer_length_session
     shutil.rmtree(tmp_path / "mt_bench")
     with pytest.raises(ValueError, match="neither a bench.json"):
         paper.load_sweep(tmp_path)
+
+
+def test_the_notebook_map_lists_every_notebook():
+    listed = set(re.findall(r"^\| `(\d\d_\w+)` \|", README.read_text(), flags=re.MULTILINE))
+    assert listed == {p.stem for p in (ROOT / "notebooks").glob("*.ipynb")}
