@@ -34,7 +34,6 @@ does not depend on which rows ran beside it.
 from __future__ import annotations
 
 import time
-from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -45,6 +44,7 @@ from . import step
 from .config import check_int
 from .engine import (KV_BLOCK_ALIGN, CudaGraphs, Timer, capture_graph, check_eos, check_prompts, compiled,
                      copy_kv_blocks, padded_prefill_width)
+from .engine.batching import Scheduler
 from .models.llama import KVCache, LlamaModel, call_layer, fuse_projections
 
 __all__ = ["StreamDecoder", "StreamResult", "StreamStats", "sampling_uniforms", "gumbel_pick", "token_hashes"]
@@ -355,7 +355,7 @@ class StreamDecoder:
         stats, warm0, t0 = StreamStats(buckets=len(buckets)), self.warmup_s, time.perf_counter()
         timer, spans = Timer(self.device), []  # spans: the admissions' (start, end) marks
         for L, reqs in buckets:
-            if not self._bucket(self._cache.view(self.c, L), deque(reqs), prompts, limits, results,
+            if not self._bucket(self._cache.view(self.c, L), reqs, prompts, limits, results,
                                 stats, (timer, spans), admit, on_result, progress):
                 break
         if self.device.type == "cuda":
@@ -380,32 +380,34 @@ class StreamDecoder:
             out.append((-(-need // KV_BLOCK_ALIGN) * KV_BLOCK_ALIGN, reqs))
         return out
 
-    def _bucket(self, cache, queue, prompts, limits, results, stats, timing, admit, on_result, progress) -> bool:
-        """Decode one bucket until every admitted request ends; False once ``admit`` said no."""
-        (timer, spans), free, allowed = timing, list(range(self.c)), True
+    def _bucket(self, cache, reqs, prompts, limits, results, stats, timing, admit, on_result, progress) -> bool:
+        """Decode one bucket's requests until every admitted one ends; False once ``admit`` said no.
+
+        Admission follows the engine's continuous-batching policy (``engine.batching.Scheduler``),
+        with ``refill_at`` free rows as the refill and the scratch cache's rows as a group's limit.
+        """
+        (timer, spans), sched, allowed = timing, Scheduler(reqs, self.c, self.refill_at), True
         self._run_steps(cache, 0)  # capture now, while every row is free
         while True:
-            if queue and allowed and (len(free) >= min(self.refill_at, len(queue)) or len(free) == self.c):
+            if allowed and sched.due():
                 allowed = admit is None or admit()
-                while allowed and queue and free:
-                    direct = len(free) == self.c  # an empty cache: prefill straight into rows 0..n-1
-                    take = min(len(free), len(queue), self.c if direct else self._scratch.max_batch)
-                    free.sort()
-                    rows, free, reqs = free[:take], free[take:], [queue.popleft() for _ in range(take)]
+                while allowed and sched.queue and sched.free:
+                    direct = not sched.busy  # an empty cache: prefill straight into rows 0..n-1
+                    rows, group = sched.take(self.c if direct else self._scratch.max_batch)
                     start, warm = timer.mark(), self.warmup_s
-                    self._admit(cache, rows, reqs, prompts, limits, direct)
+                    self._admit(cache, rows, group, prompts, limits, direct)
                     spans.append((start, timer.mark()))
                     stats.prefill_warmup_s += self.warmup_s - warm
                     stats.prefills += 1
-                    stats.requests += take
-            busy = self.c - len(free)
+                    stats.requests += len(group)
+            busy = sched.busy
             if busy == 0:
                 return allowed
             self._run_steps(cache, self.sync_every)
             stats.steps += self.sync_every
             stats.row_steps += self.sync_every * busy
             done = self._collect(results, on_result)
-            free += done
+            sched.release(done)
             if progress is not None and done:
                 progress(len(done))
 

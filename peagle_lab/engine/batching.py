@@ -5,7 +5,8 @@ block moves both need.
 ```
 Caches.main(c, max_len)        the KV caches reused across calls: request b owns block b (max_len slots)
 Caches.scratch(rows, max_len)  where admissions are prefilled before copy_kv_blocks moves them into rows
-Rows                           which request each row decodes; the queue; when to refill (refill_divisor)
+Scheduler                      the queue, the free rows, when to refill them (both continuous loops)
+Rows                           SpecDecoder's requests by row and their tokens
 admitted(state, rows, …)       the state with new requests in ``rows``
 compact(state, outputs, …)     live rows to the front (move_kv_blocks), the state following them
 ```
@@ -13,6 +14,7 @@ compact(state, outputs, …)     live rows to the front (move_kv_blocks), the st
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterable
 
 import torch
 
@@ -23,7 +25,7 @@ from ..models.llama import LlamaModel
 from .graphs import CudaGraphs
 from .state import State
 
-__all__ = ["KV_BLOCK_ALIGN", "Caches", "Rows", "admission_batch", "admitted", "compact", "move_kv_blocks",
+__all__ = ["KV_BLOCK_ALIGN", "Caches", "Scheduler", "Rows", "admission_batch", "admitted", "compact", "move_kv_blocks",
            "copy_kv_blocks"]
 
 KV_BLOCK_ALIGN = 64  # positions; see Caches.main
@@ -105,36 +107,68 @@ class Caches:
         return [t for cache in (self.t, self.d) if cache is not None for t in (*cache.k, *cache.v)]
 
 
-class Rows:
-    """Continuous batching's host side: which request each of ``c`` rows decodes, and the queue.
+class Scheduler:
+    """Continuous batching's admission policy over ``c`` rows: the queue of requests, the free rows, when to refill.
 
-    A request that finishes frees its row; once about ``refill`` rows are free (or none is
-    busy) the next prompts are admitted in groups of at most ``refill`` (``SpecConfig.refill_divisor``).
-    A free row counts as done, so the decode step leaves it idle.
+    One policy for both continuous-batching loops: ``SpecDecoder``'s (speculative or plain, the host
+    reads every step) and ``StreamDecoder``'s (plain decoding on the device, read every few steps). A
+    finished request's row is released; once about ``refill`` rows are free (or none is busy) the next
+    requests are admitted, the lowest free rows first, in groups no larger than the caller's limit
+    (the rows its scratch cache holds).
+
+    >>> s = Scheduler(range(6), c=4, refill=2)
+    >>> s.due(), s.take(4), s.busy
+    (True, ([0, 1, 2, 3], [0, 1, 2, 3]), 4)
+    >>> s.release([2]); s.due()  # one free row, two requests waiting: not yet
+    False
+    >>> s.release([0]); s.due(), s.take(2)
+    (True, ([0, 2], [4, 5]))
     """
 
-    def __init__(self, num_prompts: int, c: int, refill: int, eos: set[int], max_new: int) -> None:
-        self.c, self.refill, self.eos, self.max_new = c, refill, eos, max_new
-        self.queue, self.results = deque(range(num_prompts)), [None] * num_prompts
+    def __init__(self, requests: Iterable[int], c: int, refill: int) -> None:
+        self.c, self.refill = c, refill
+        self.queue, self.free = deque(requests), list(range(c))
+
+    @property
+    def busy(self) -> int:
+        """Rows holding a request."""
+        return self.c - len(self.free)
+
+    def due(self) -> bool:
+        """Whether to admit now: requests wait and a refill's worth of rows (or every row) is free."""
+        free = len(self.free)
+        return bool(self.queue and free and (free >= min(self.refill, len(self.queue)) or free == self.c))
+
+    def take(self, limit: int) -> tuple[list[int], list[int]]:
+        """The next admission, at most ``limit`` requests: (rows, requests), the lowest free rows first."""
+        self.free.sort()
+        n = min(len(self.free), len(self.queue), limit)
+        rows, self.free = self.free[:n], self.free[n:]
+        return rows, [self.queue.popleft() for _ in range(n)]
+
+    def release(self, rows: list[int]) -> None:
+        """Rows whose request finished are free again."""
+        self.free += rows
+
+
+class Rows:
+    """``SpecDecoder``'s continuous batching on the host: the request each of ``c`` rows decodes, its tokens.
+
+    A free row counts as done, so the decode step leaves it idle. Which rows take which requests,
+    and when, is the :class:`Scheduler`'s.
+    """
+
+    def __init__(self, num_prompts: int, c: int, eos: set[int], max_new: int) -> None:
+        self.c, self.eos, self.max_new = c, eos, max_new
+        self.results = [None] * num_prompts
         self.owner, self.outs, self.done = [-1] * c, [[] for _ in range(c)], [True] * c
 
-    def release(self) -> list[int]:
-        """Rows whose request finished (at the last step or at once) become free; returns the free rows."""
-        for b in range(self.c):
-            if self.owner[b] >= 0 and self.done[b]:
-                self.results[self.owner[b]], self.owner[b] = step.trim(self.outs[b], self.eos, self.max_new), -1
-        return [b for b in range(self.c) if self.owner[b] < 0]
-
-    def due(self, free: list[int]) -> bool:
-        """Whether to admit now: prompts wait and a refill's worth of rows (or every row) is free."""
-        return bool(self.queue and free and (len(free) >= min(self.refill, len(self.queue)) or len(free) == self.c))
-
-    def groups(self, free: list[int]):
-        """The admissions to make now: (requests, rows) groups of at most ``refill``, popped off the queue."""
-        while self.queue and free:
-            reqs = [self.queue.popleft() for _ in free[: min(self.refill, len(self.queue))]]
-            rows, free = free[: len(reqs)], free[len(reqs):]
-            yield reqs, rows
+    def finished(self) -> list[int]:
+        """Rows whose request finished (at the last step or at once): their tokens to ``results``, the rows freed."""
+        rows = [b for b in range(self.c) if self.owner[b] >= 0 and self.done[b]]
+        for b in rows:
+            self.results[self.owner[b]], self.owner[b] = step.trim(self.outs[b], self.eos, self.max_new), -1
+        return rows
 
     def start(self, rows: list[int], reqs: list[int], first_tokens: list[int]) -> None:
         """Rows ``rows`` decode requests ``reqs``, whose first tokens are ``first_tokens``."""

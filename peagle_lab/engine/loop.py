@@ -23,7 +23,7 @@ from ..config import SpecConfig, check_int
 from ..drafter import Drafter
 from ..drafting import DraftResult
 from ..models.llama import LlamaModel, fuse_projections
-from .batching import Caches, Rows, admission_batch, admitted, compact
+from .batching import Caches, Rows, Scheduler, admission_batch, admitted, compact
 from .checks import Request, check_engine, check_request
 from .forwards import Forwards, padded_prefill_width
 from .graphs import decode_attention_fn
@@ -272,25 +272,26 @@ class SpecDecoder:
         cache_t, cache_d = self._caches(c + 1, req.need)  # block c: the spare that padding rows land in
         max_len = cache_t.max_len
         self.caches.scratch(refill, max_len)
-        rows = Rows(len(prompts), c, refill, req.eos, req.max_new)
+        sched, rows = Scheduler(range(len(prompts)), c, refill), Rows(len(prompts), c, req.eos, req.max_new)
         st = State.idle(c, K, dev)
         counts, trace, timer, spans, draft_spans = Counts(K), [], Timer(dev), [], []
         was_done = list(rows.done)  # the flags st.active holds (every row free)
         t0 = time.perf_counter()
         while True:
-            free = rows.release()
-            if rows.due(free):
+            sched.release(rows.finished())
+            if sched.due():
                 start = timer.mark()
-                for reqs, group in rows.groups(free):
+                while sched.queue and sched.free:
+                    group, reqs = sched.take(refill)
                     first, draft, lens, drafted = self._admit(prompts, reqs, group, gen, timer)
                     if drafted is not None:
                         draft_spans.append(drafted)
                     st = admitted(st, group, first, draft, lens)
                     rows.start(group, reqs, first.tolist())
                 spans.append((start, timer.mark()))
-                free = rows.release()  # a first token can finish a request
-            if len(free) == c:
-                if rows.queue:
+                sched.release(rows.finished())  # a first token can finish a request
+            if not sched.busy:
+                if sched.queue:
                     continue
                 break
             if rows.done != was_done:  # a row started or stopped decoding: new flags (as the static loop does)
