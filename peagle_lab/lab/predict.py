@@ -270,7 +270,8 @@ def check_against_bench(scale: Mapping, bench: Mapping, shape: str = "smollm2-13
 
     Returns:
         ``[{"workload", "method", "k", "concurrency", "predicted_tps", "measured_tps", "error",
-        "predicted_step_ms", "measured_step_ms"}]``, error = predicted / measured − 1.
+        "predicted_step_ms", "measured_step_ms", "predicted_al", "measured_al"}]``, error = predicted /
+        measured − 1 = (1 + AL error) / (1 + step error) − 1.
     """
     measured_c = {r["concurrency"] for r in scale["costs"] if r["shape"] == shape}
     rows = [r for r in bench["rows"] if r["method"] in METHODS and r["temperature"] == 0 and r["k"] >= 1
@@ -284,7 +285,8 @@ def check_against_bench(scale: Mapping, bench: Mapping, shape: str = "smollm2-13
         meas = measured_decode_tps(r)
         out.append({"workload": r["workload"], "method": r["method"], "k": r["k"], "concurrency": r["concurrency"],
                     "predicted_tps": pred, "measured_tps": meas, "error": pred / meas - 1.0,
-                    "predicted_step_ms": step, "measured_step_ms": r["step_ms"]})
+                    "predicted_step_ms": step, "measured_step_ms": r["step_ms"],
+                    "predicted_al": al_at(a, r["k"]), "measured_al": r["acceptance_length"]})
     return out
 
 

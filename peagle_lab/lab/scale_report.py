@@ -78,6 +78,10 @@ def check_table(cells: Sequence[Mapping], tolerance: float = 0.10) -> str:
     s = predict.check_summary(cells, tolerance)
     verdict = "every cell" if s["all_within"] else f"{s['within']} of {s['cells']} cells"
     lines.append(f"within {tolerance:.0%}: {verdict}; largest error {s['max_abs_error']:.1%}")
+    if cells:
+        step = max(abs(c["predicted_step_ms"] / c["measured_step_ms"] - 1) for c in cells)
+        al = max(abs(c["predicted_al"] / c["measured_al"] - 1) for c in cells)
+        lines.append(f"its two parts: step time off by {step:.1%} at most, acceptance length by {al:.1%} at most")
     return "\n".join(lines)
 
 
