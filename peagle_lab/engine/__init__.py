@@ -37,7 +37,7 @@ the share; docs/engine.md).
 One module a job, each importing only those below it:
 
     loop       SpecDecoder: prefill, then the loop of verify / draft / accept; continuous batching's loop
-    batching   KV caches, rows and admission (continuous batching), row compaction, KV block moves
+    batching   continuous batching's Scheduler (StreamDecoder's too), KV caches, admission, compaction, KV moves
     forwards   the target's and the drafter's forwards, each chosen once: eager, compiled or graphed
     graphs     CUDA graphs, compiled layers, the drafter pass step.draft receives, decode attention
     state      what the loop carries on the device between steps, and the host's read of it

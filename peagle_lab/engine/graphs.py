@@ -72,8 +72,8 @@ def compiled(fn):
 
 
 class CompiledForward:
-    """The engine's ``layer_fn``: each decoder layer compiled (:func:`compiled` of ``call_layer``), and
-    with ``edges`` the work around the layers too.
+    """The engine's ``layer_fn``: each decoder layer compiled (:func:`~peagle_lab.engine.graphs.compiled`
+    of ``call_layer``), and with ``edges`` the work around the layers too.
 
     ``LlamaModel.forward`` and ``Drafter.forward`` call it for every layer, and take its
     ``prologue`` and ``epilogue`` when they are not None: the attention mask, KV slots, ``kv_len``,
@@ -95,7 +95,7 @@ class CompiledForward:
 
 @functools.cache
 def compiled_forward(edges: bool) -> CompiledForward:
-    """The :class:`CompiledForward` of every engine in this process (its compiled code is shared)."""
+    """The :class:`~peagle_lab.engine.CompiledForward` of every engine in this process (its code is shared)."""
     return CompiledForward(edges)
 
 
