@@ -194,7 +194,8 @@ def _meta(*shape, dtype=torch.float32):
 
 def _sweep_attention(model: ModelShape, dtype: torch.dtype) -> None:
     """``SpecConfig.decode_attention="triton"`` sends every decode shape to the op; the op runs the
-    kernels wherever they take the shape (else SDPA, which raises here and is skipped)."""
+    kernels wherever they take the shape (else SDPA, which raises here and is skipped). The model
+    passes ``kv_len`` as int32 (``models.llama``'s attention context)."""
     from .decode_attention import MAX_ROWS, decode_attention
 
     rep = model.heads // model.kv_heads
@@ -205,7 +206,7 @@ def _sweep_attention(model: ModelShape, dtype: torch.dtype) -> None:
                 kv = _meta(c, model.kv_heads, S, model.head_dim, dtype=dtype)
                 mask = _meta(c, 1, T, S, dtype=torch.bool)
                 with contextlib.suppress(ValueError):  # shapes the op leaves to SDPA
-                    decode_attention(q, kv, kv, mask, _meta(c, dtype=torch.int64), backend="triton")
+                    decode_attention(q, kv, kv, mask, _meta(c, dtype=torch.int32), backend="triton")
 
 
 def _sweep_draft_inputs(model: ModelShape, dtype: torch.dtype) -> None:
