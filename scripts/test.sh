@@ -19,6 +19,10 @@ stage setup bash scripts/setup.sh
 stage browser-setup bash scripts/dev/install_browser.sh
 # The layering (contracts in pyproject.toml, [tool.importlinter]): no module imports from a layer above it.
 stage import-layers .venv/bin/lint-imports --no-cache
+# Every Triton kernel the engine can launch, built for sm_80 / sm_90 / sm_100 / sm_120 without a GPU: fails on a
+# build error, a new spill, shared memory over an arch's limit, or a table that no longer matches the launches
+# (peagle_lab/kernels/aot_table.py; cached in ~/.cache/peagle_lab/aot, so only changed kernels rebuild).
+stage kernels-aot .venv/bin/python -m peagle_lab.kernels.aot_table --check docs/results/cpu/kernels_aot.json
 stage unit-tests .venv/bin/python -m pytest -q -p no:cacheprovider
 # One OpenMP thread: on a 2-core runner two threads spin-wait on each other (15-40x slower).
 stage notebooks env OMP_NUM_THREADS=1 .venv/bin/python -m pytest -q -p no:cacheprovider \
