@@ -122,7 +122,7 @@ def heads() -> list[dict]:
     """Each shipped head: folder, digest, and whether every weight file matches its checksums.json."""
     from .heads import bundled_head_dir
     from .heads.io import head_digest
-    from .models.checkpoints import sha256_file
+    from .models.checkpoints import CheckpointError, sha256_file
 
     out = []
     for method in ("eagle3", "peagle"):
@@ -133,8 +133,12 @@ def heads() -> list[dict]:
         sums = folder / "checksums.json"
         expected = json.loads(sums.read_text()) if sums.is_file() else {}
         bad = [n for n, s in expected.items() if not (folder / n).is_file() or sha256_file(folder / n) != s]
-        out.append({"method": method, "folder": str(folder), "digest": head_digest(folder),
-                    "checksums_ok": bool(expected) and not bad, "mismatched": bad})
+        try:
+            digest = head_digest(folder)
+        except CheckpointError:  # no weight files at all
+            digest = None
+        out.append({"method": method, "folder": str(folder), "digest": digest,
+                    "checksums_ok": bool(expected) and not bad and digest is not None, "mismatched": bad})
     return out
 
 

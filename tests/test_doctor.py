@@ -63,6 +63,16 @@ def test_a_corrupt_head_is_a_problem(tmp_path, monkeypatch):
     assert any("shipped eagle3 head is missing" in p for p in problems)
 
 
+def test_a_head_folder_without_its_weights_is_a_problem_not_a_crash(tmp_path, monkeypatch):
+    import peagle_lab.heads
+
+    (tmp_path / "config.json").write_text("{}")
+    (tmp_path / "checksums.json").write_text(json.dumps({"model.safetensors": "0" * 64}))
+    monkeypatch.setattr(peagle_lab.heads, "bundled_head_dir", lambda method: tmp_path)
+    for head in doctor.heads():
+        assert head["digest"] is None and head["mismatched"] == ["model.safetensors"] and not head["checksums_ok"]
+
+
 def test_a_gpu_whose_kernels_do_not_build_is_a_problem():
     gpu = {"index": 0, "name": "NVIDIA X", "arch": "sm_100",
            "kernels": {"built": 3, "failed": ["_k [bf16 w4 s3] on sm_100: CompilationError"],
