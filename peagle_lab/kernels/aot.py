@@ -40,7 +40,8 @@ import torch
 from ..config import MAX_K
 from ..hardware import ARCHS, DEVICES
 
-__all__ = ["ENGINE_MODELS", "ModelShape", "Spec", "device_answers", "entry_points", "kernel_modules", "record", "sweep_engine", "sweep_modules"]
+__all__ = ["ENGINE_MODELS", "ModelShape", "Spec", "device_answers", "entry_points", "kernel_modules", "record",
+           "sweep_engine", "sweep_modules"]
 
 
 @dataclass(frozen=True)
