@@ -112,7 +112,7 @@ def decode_attention_fn(choice: str, device: torch.device):
         return None
     if resolve_backend("auto" if choice == "auto" else "triton", device) != "triton":
         return None  # "auto" on CUDA without the triton package
-    from .kernels import decode_attention as kernels
+    from ..kernels import decode_attention as kernels
 
     if choice == "triton":
         return torch.ops.peagle_lab.decode_attention.default
