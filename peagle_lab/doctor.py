@@ -54,14 +54,16 @@ def versions() -> dict:
 
 
 @functools.cache
-def kernel_build(arch: str) -> dict:
-    """Build every kernel specialisation the engine launches for ``arch`` (a fresh process, cached
-    artefacts reused): ``{"built", "failed", "over_shared_memory", "spilled", "seconds"}`` or ``{"error"}``."""
+def kernel_build(arch: str, sms: int | None = None) -> dict:
+    """Build every kernel specialisation the engine launches for ``arch`` on a GPU with ``sms`` SMs (a fresh
+    process, cached artefacts reused): ``{"built", "failed", "over_shared_memory", "spilled", "seconds"}``
+    or ``{"error"}``."""
     if arch not in ARCHS:
         return {"error": f"no published limits for {arch} in peagle_lab.hardware.ARCHS (known: {', '.join(ARCHS)})"}
     if importlib.util.find_spec("triton") is None:
         return {"error": "triton is not installed"}
     cmd = [sys.executable, "-m", "peagle_lab.kernels.aot_table", "--archs", arch, "--json"]
+    cmd += ["--sms", str(sms)] if sms else []
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
     try:
         return json.loads(out.stdout.strip().splitlines()[-1])
@@ -78,7 +80,7 @@ def gpus(build: bool = True) -> list[dict]:
         row = {"index": i, "name": p.name, "capability": f"{p.major}.{p.minor}", "arch": arch,
                "sms": p.multi_processor_count, "memory_gib": round(p.total_memory / 2 ** 30, 1)}
         if build:
-            row["kernels"] = kernel_build(arch)
+            row["kernels"] = kernel_build(arch, p.multi_processor_count)
         out.append(row)
     return out
 

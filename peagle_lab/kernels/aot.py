@@ -252,12 +252,13 @@ def _compiled_triton() -> None:
                            "for a GPU; run `python -m peagle_lab.kernels.aot_table`, which sets TRITON_INTERPRET=0")
 
 
-def sweep_engine(arch: str, models=ENGINE_MODELS, dtypes=DTYPES) -> set[Spec]:
-    """Every :class:`Spec` the engine can launch on ``arch``, over each GPU preset of that arch."""
+def sweep_engine(arch: str, models=ENGINE_MODELS, dtypes=DTYPES, sms: int | None = None) -> set[Spec]:
+    """Every :class:`Spec` the engine can launch on ``arch``, over each GPU preset of that arch (and a GPU
+    with ``sms`` SMs: the SM count sets the splits, row tiles and argmax chunks)."""
     _compiled_triton()
     specs: set[Spec] = set()
     limits = ARCHS[arch]
-    for sms in sorted({d.sms for d in DEVICES.values() if d.arch == arch}):
+    for sms in sorted({d.sms for d in DEVICES.values() if d.arch == arch} | ({sms} if sms else set())):
         with device_answers(sms, limits.max_smem_per_block), record(arch, specs):
             for model in models:
                 for dtype in dtypes:

@@ -217,13 +217,13 @@ def markdown_table(table: dict) -> str:
     return "\n".join(out)
 
 
-def _sweep(archs, extra):
+def _sweep(archs, extra, sms=None):
     from . import aot
 
     modules = tuple(m.__name__ for m in aot.kernel_modules()) + tuple(extra)
     specs = set()
     for arch in archs:
-        specs |= aot.sweep_engine(arch) if not extra else aot.sweep_modules(arch, extra)
+        specs |= aot.sweep_engine(arch, sms=sms) if not extra else aot.sweep_modules(arch, extra)
     return specs, modules
 
 
@@ -255,6 +255,7 @@ def main(argv=None) -> int:
     p.add_argument("--extra", nargs="+", default=[], metavar="FILE.py",
                    help="build these modules' kernels (their sweep()) instead of the engine's")
     p.add_argument("--workers", type=int, default=None)
+    p.add_argument("--sms", type=int, help="also sweep as on a GPU with this many SMs (peagle-lab doctor: the GPU's)")
     p.add_argument("--json", action="store_true", help="print a one-line JSON summary (peagle-lab doctor reads it)")
     args = p.parse_args(argv)
     if args.markdown:
@@ -264,7 +265,7 @@ def main(argv=None) -> int:
     import time
 
     t0 = time.perf_counter()
-    specs, modules = _sweep(args.archs, _import_extra(args.extra))
+    specs, modules = _sweep(args.archs, _import_extra(args.extra), args.sms)
     rows = build(specs, modules, args.workers)
     committed = json.loads(Path(args.check).read_text())["rows"] if args.check and not args.extra else None
     if committed is not None and args.archs != list(ARCHS):
