@@ -98,3 +98,15 @@ def test_the_kernel_build_for_one_arch_reports_every_specialisation_built():
     got = doctor.kernel_build("sm_120")
     assert "error" not in got, got
     assert got["built"] > 100 and got["failed"] == [] and got["over_shared_memory"] == []
+
+
+def test_each_gpu_is_named_with_its_capability_and_its_own_kernel_build(monkeypatch):
+    from types import SimpleNamespace
+
+    props = SimpleNamespace(name="NVIDIA B200", major=10, minor=0, multi_processor_count=148, total_memory=180 * 2 ** 30)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: props)
+    monkeypatch.setattr(doctor, "kernel_build", lambda arch, sms: {"arch": arch, "sms": sms})
+    assert doctor.gpus() == [{"index": 0, "name": "NVIDIA B200", "capability": "10.0", "arch": "sm_100", "sms": 148,
+                              "memory_gib": 180.0, "kernels": {"arch": "sm_100", "sms": 148}}]
