@@ -46,6 +46,7 @@ def test_the_table_has_every_kernel_for_every_arch(table):
 RANDOM_LAUNCHES = textwrap.dedent("""
     import json, random, sys, torch
     from peagle_lab.hardware import ARCHS, DEVICES
+    from peagle_lab.engine import KV_BLOCK_ALIGN
     from peagle_lab.kernels import aot
     from peagle_lab.kernels.aot_table import spec_id
     from peagle_lab.kernels.decode_attention import decode_attention
@@ -59,7 +60,7 @@ RANDOM_LAUNCHES = textwrap.dedent("""
             for _ in range(150):
                 m, dt = rng.choice(aot.ENGINE_MODELS), rng.choice(aot.DTYPES)
                 c, K = rng.randint(1, 300), rng.randint(1, 16)
-                T, S = rng.choice([1, K + 1, 2 * K, rng.randint(1, 48)]), rng.randint(1, 16384)
+                T, S = rng.choice([1, K + 1, 2 * K, rng.randint(1, 48)]), KV_BLOCK_ALIGN * rng.randint(1, 256)
                 try:
                     decode_attention(meta(c, m.heads, T, m.head_dim, dtype=dt), meta(c, m.kv_heads, S, m.head_dim, dtype=dt),
                                      meta(c, m.kv_heads, S, m.head_dim, dtype=dt), meta(c, 1, T, S, dtype=torch.bool),
@@ -79,9 +80,16 @@ RANDOM_LAUNCHES = textwrap.dedent("""
 """)
 
 
+def test_the_sweeps_cache_lengths_are_ones_the_engine_makes():
+    from peagle_lab.engine import KV_BLOCK_ALIGN
+
+    assert all(S % KV_BLOCK_ALIGN == 0 for S in aot.CACHE_LENGTHS)
+
+
 def test_random_engine_launches_on_every_gpu_preset_are_in_the_committed_table(table):
-    # Fresh draws of what the engine can pass (c up to 300, K 1..16, prompts up to 8192, caches up to 16384,
-    # every model shape and dtype), through the real wrappers: each launch must be one the table built.
+    # Fresh draws of what the engine can pass (c up to 300, K 1..16, prompts up to 8192, cache blocks of whole
+    # KV_BLOCK_ALIGN positions up to 16384, every model shape and dtype), through the real wrappers: each launch
+    # must be one the table built.
     seed = int.from_bytes(os.urandom(2), "little")
     out = compiled_python(RANDOM_LAUNCHES, str(seed))
     assert out.returncode == 0, out.stderr

@@ -64,7 +64,9 @@ ENGINE_MODELS = (
 )
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)  # SpecDecoder's model dtypes
 CONCURRENCY = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 48, 64, 96, 128, 256)
-CACHE_LENGTHS = (64, 8192)  # one key block (one split), and enough blocks for every split count
+# Cache blocks are whole multiples of 64 positions (the engine's KV_BLOCK_ALIGN): one key block (one
+# split), and enough key blocks for every split count.
+CACHE_LENGTHS = (64, 8192)
 PROMPT_WIDTHS = tuple(range(1, 41)) + tuple(w for j in range(6, 14) for w in (2 ** j, 2 ** j + 1))
 
 
