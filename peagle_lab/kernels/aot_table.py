@@ -136,12 +136,16 @@ def build(specs, modules=None, workers: int | None = None) -> list[dict]:
     os.environ.setdefault("TRITON_CACHE_DIR", str(cache_dir() / "triton"))
     specs = sorted(specs, key=lambda s: (s.kernel, s.arch, s.label, spec_id(s)))
     workers = workers or min(2, os.cpu_count() or 1)
-    jobs = [(s, modules) for s in specs]
+    # The attention kernels take the longest to build: hand them out first, one at a time, so no worker
+    # is left with a queue of them at the end.
+    order = sorted(range(len(specs)), key=lambda i: "decode_attention" not in specs[i].kernel)
+    jobs = [(specs[i], modules) for i in order]
     if workers > 1 and len(jobs) > 1:
         with ProcessPoolExecutor(workers, mp_context=get_context("fork")) as pool:
-            built = list(pool.map(_compile_by_name, jobs, chunksize=4))
+            done = list(pool.map(_compile_by_name, jobs, chunksize=1))
     else:
-        built = [_compile_by_name(j) for j in jobs]
+        done = [_compile_by_name(j) for j in jobs]
+    built = [row for _, row in sorted(zip(order, done))]
     rows = []
     for s, row in zip(specs, built):
         blocks, frac = occupancy(ARCHS[s.arch], row["registers"] or 0, row["shared"] or 0, s.num_warps) \
