@@ -27,8 +27,8 @@ def table():
     return json.loads(TABLE.read_text())
 
 
-def compiled_python(code: str, *args: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, TRITON_INTERPRET="0")
+def compiled_python(code: str, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    env = dict(os.environ, TRITON_INTERPRET="0", **(env or {}))
     return subprocess.run([sys.executable, *( ["-c", code] if code else []), *args], env=env, cwd=REPO,
                           capture_output=True, text=True, timeout=600)
 
@@ -135,6 +135,23 @@ def test_a_kernel_that_needs_too_much_shared_memory_fails_the_check_naming_kerne
     assert out.returncode == 1
     assert "kernels-aot: _too_wide_kernel [fp32 BLOCK=256 w4 s3] on sm_120: needs" in out.stderr
     assert "bytes of shared memory, sm_120 allows 101376 a block" in out.stderr
+
+
+def test_the_check_builds_only_kernels_whose_source_differs_from_the_table(table, tmp_path):
+    # The committed table is the cache a fresh clone has: rows of the same kernel source and Triton are taken
+    # from it; a kernel whose source hash differs (here: faked for fill_draft_hidden) is built again.
+    for r in table["rows"]:
+        if r["kernel"] == "_fill_draft_hidden_kernel":
+            r["source"] = "0" * 16
+    (tmp_path / "table.json").write_text(json.dumps(table))
+    fill = sum(r["kernel"] == "_fill_draft_hidden_kernel" and r["arch"] == "sm_120" for r in table["rows"])
+    env = {"PEAGLE_LAB_AOT_CACHE": str(tmp_path / "cache")}
+    out = compiled_python("", "-m", "peagle_lab.kernels.aot_table", "--check", str(tmp_path / "table.json"),
+                          "--archs", "sm_120", env=env)
+    assert out.returncode == 0, out.stderr
+    built = sum(r["arch"] == "sm_120" for r in table["rows"])
+    assert f": {fill} built (or read from the cache" in out.stdout and f"{built - fill} taken from the committed" \
+        in out.stdout, out.stdout
 
 
 def row(**kw):

@@ -11,7 +11,9 @@ specialisation and the arch. ``--markdown FILE docs/kernels.md`` rewrites the pa
 
 Built rows are cached under ``$PEAGLE_LAB_AOT_CACHE`` (default ``~/.cache/peagle_lab/aot``), keyed by
 the kernel's source hash (its callees included), Triton's version, the specialisation and the arch;
-Triton's own cache of the compiled files goes beside them.
+Triton's own cache of the compiled files goes beside them. ``--check`` also takes rows from the committed
+table that match on all four (each row records its kernel's source hash), so a fresh clone builds only
+the kernels that changed since the table was written; ``--rebuild`` builds every row.
 """
 from __future__ import annotations
 
@@ -130,31 +132,58 @@ def _compile_by_name(args):
     return _compile(spec, entry_points(modules)[spec.kernel])
 
 
-def build(specs, modules=None, workers: int | None = None) -> list[dict]:
-    """One table row per spec, sorted by kernel, arch and label; built in ``workers`` processes."""
-    cache_dir().mkdir(parents=True, exist_ok=True)
-    os.environ.setdefault("TRITON_CACHE_DIR", str(cache_dir() / "triton"))
-    specs = sorted(specs, key=lambda s: (s.kernel, s.arch, s.label, spec_id(s)))
-    workers = workers or min(2, os.cpu_count() or 1)
+def _run(jobs: list, workers: int) -> list[dict]:
+    """``_compile_by_name`` over ``jobs`` in ``workers`` processes, results in the jobs' order."""
     # The attention kernels take the longest to build: hand them out first, one at a time, so no worker
     # is left with a queue of them at the end.
-    order = sorted(range(len(specs)), key=lambda i: "decode_attention" not in specs[i].kernel)
-    jobs = [(specs[i], modules) for i in order]
+    order = sorted(range(len(jobs)), key=lambda i: "decode_attention" not in jobs[i][0].kernel)
     if workers > 1 and len(jobs) > 1:
         with ProcessPoolExecutor(workers, mp_context=get_context("fork")) as pool:
-            done = list(pool.map(_compile_by_name, jobs, chunksize=1))
+            done = list(pool.map(_compile_by_name, [jobs[i] for i in order], chunksize=1))
     else:
-        done = [_compile_by_name(j) for j in jobs]
-    built = [row for _, row in sorted(zip(order, done))]
+        done = [_compile_by_name(jobs[i]) for i in order]
+    return [row for _, row in sorted(zip(order, done))]
+
+
+def build(specs, modules=None, workers: int | None = None, reuse: dict | None = None) -> tuple[list[dict], int]:
+    """``(rows, built)``: one table row per spec, sorted by kernel, arch and label, and how many were compiled
+    (or read from the local cache) in ``workers`` processes rather than taken from ``reuse``.
+
+    ``reuse`` (a committed table, :func:`load_table`) serves as a cache shipped with the repository: a row of
+    the same kernel source (its callees included), specialisation and arch, built by the same Triton (and so
+    the same bundled ptxas), is what compiling again would give.
+    """
+    import triton
+
+    from .aot import entry_points
+
+    cache_dir().mkdir(parents=True, exist_ok=True)
+    os.environ.setdefault("TRITON_CACHE_DIR", str(cache_dir() / "triton"))
+    kernels = entry_points(modules)
+    specs = sorted(specs, key=lambda s: (s.kernel, s.arch, s.label, spec_id(s)))
+    source = {s.kernel: kernels[s.kernel].cache_key[:16] for s in specs}
+    reuse = reuse if reuse and reuse.get("triton") == triton.__version__ else {}
+    found = [reuse.get((s.kernel, s.arch, spec_id(s), source[s.kernel])) for s in specs]
+    todo = [i for i, row in enumerate(found) if row is None]
+    for i, row in zip(todo, _run([(specs[i], modules) for i in todo], workers or min(2, os.cpu_count() or 1))):
+        found[i] = row
     rows = []
-    for s, row in zip(specs, built):
+    for s, row in zip(specs, found):
+        resources = {k: row[k] for k in ("registers", "shared", "spills", "error")}
         blocks, frac = occupancy(ARCHS[s.arch], row["registers"] or 0, row["shared"] or 0, s.num_warps) \
             if row["error"] is None else (0, 0.0)
         pointers = ",".join(t[1:] for _, t in s.signature if t.startswith("*"))
-        rows.append({"kernel": s.kernel, "arch": s.arch, "spec": s.label, "id": spec_id(s), "pointers": pointers,
-                     "warps": s.num_warps,
-                     "stages": s.num_stages, **row, "blocks_per_sm": blocks, "occupancy": round(frac, 4)})
-    return rows
+        rows.append({"kernel": s.kernel, "arch": s.arch, "spec": s.label, "id": spec_id(s), "source": source[s.kernel],
+                     "pointers": pointers, "warps": s.num_warps, "stages": s.num_stages, **resources,
+                     "blocks_per_sm": blocks, "occupancy": round(frac, 4)})
+    return rows, len(todo)
+
+
+def load_table(path) -> dict:
+    """A committed table as :func:`build`'s ``reuse``: ``{(kernel, arch, id, source): row, "triton": version}``."""
+    table = json.loads(Path(path).read_text())
+    reuse = {(r["kernel"], r["arch"], r["id"], r.get("source")): r for r in table["rows"] if r["error"] is None}
+    return reuse | {"triton": table["run_info"].get("triton")}
 
 
 def check(rows: list[dict], committed: list[dict] | None) -> list[str]:
@@ -258,6 +287,8 @@ def main(argv=None) -> int:
     p.add_argument("--archs", nargs="+", default=list(ARCHS), choices=list(ARCHS))
     p.add_argument("--extra", nargs="+", default=[], metavar="FILE.py",
                    help="build these modules' kernels (their sweep()) instead of the engine's")
+    p.add_argument("--rebuild", action="store_true",
+                   help="with --check: build every row, reusing none of the committed table's")
     p.add_argument("--workers", type=int, default=None)
     p.add_argument("--sms", type=int, help="also sweep as on a GPU with this many SMs (peagle-lab doctor: the GPU's)")
     p.add_argument("--json", action="store_true", help="print a one-line JSON summary (peagle-lab doctor reads it)")
@@ -270,7 +301,8 @@ def main(argv=None) -> int:
 
     t0 = time.perf_counter()
     specs, modules = _sweep(args.archs, _import_extra(args.extra), args.sms)
-    rows = build(specs, modules, args.workers)
+    reuse = load_table(args.check) if args.check and not (args.rebuild or args.extra) else None
+    rows, built = build(specs, modules, args.workers, reuse)
     committed = json.loads(Path(args.check).read_text())["rows"] if args.check and not args.extra else None
     if committed is not None and args.archs != list(ARCHS):
         committed = [r for r in committed if r["arch"] in args.archs]
@@ -280,8 +312,9 @@ def main(argv=None) -> int:
     if args.json:
         print(json.dumps(summary(rows, seconds)))
         return 0
-    print(f"built {len(rows)} kernel specialisations for {', '.join(args.archs)} in {seconds:.0f} s "
-          f"(cache: {cache_dir()})")
+    print(f"{len(rows)} kernel specialisations for {', '.join(args.archs)} in {seconds:.0f} s: {built} built "
+          f"(or read from the cache in {cache_dir()}), {len(rows) - built} taken from the committed table "
+          "(same kernel source and Triton)")
     if args.write:
         _write_table(Path(args.write), rows, argv)
     for line in problems:
