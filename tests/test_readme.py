@@ -79,30 +79,55 @@ def test_the_readme_links_where_to_go_next(page):
     assert page in _local_links(README.read_text())
 
 
-def test_the_table_reads_a_folder_of_workload_files_as_the_answer_length_session_writes_them(tmp_path):
-    """Swapping README_SWEEP for a folder of mt_bench/ and code/ bench files gives the same table, chat named
-    mt_bench; files from two commits are refused."""
+def test_the_table_reads_a_folder_of_workload_files_as_well_as_one_file(tmp_path):
+    """README_SWEEP may name one bench.json or a folder of WORKLOAD/bench.json files (the answer-length session's
+    layout): both give the same table; files from two commits, or no files, are refused."""
     bench = paper.load_sweep(ROOT / paper.README_SWEEP)
-    for workload, ours in (("mt_bench", "chat"), ("code", "code")):
-        rows = [{**r, "workload": workload} for r in bench["rows"] if r["workload"] == ours]
+    for workload in paper.lab_workloads(bench):
         (tmp_path / workload).mkdir()
+        rows = [r for r in bench["rows"] if r["workload"] == workload]
         (tmp_path / workload / "bench.json").write_text(json.dumps({**bench, "rows": rows}))
     merged = paper.load_sweep(tmp_path)
-    assert paper.lab_workloads(merged) == ("mt_bench", "code")
-    table, folder_table = paper.readme_table(bench), paper.readme_table(merged, str(tmp_path))
-    assert folder_table.replace("lab (mt_bench / code)", "lab (chat / code)").replace(
-        f"[{tmp_path.name}]({tmp_path})", f"[bench.json]({paper.README_SWEEP})") == table
-    doc = json.loads((tmp_path / "code" / "bench.json").read_text())
+    assert paper.lab_workloads(merged) == paper.lab_workloads(bench)
+    name = Path(paper.README_SWEEP).name
+    assert paper.readme_table(merged, str(tmp_path)).replace(f"[{tmp_path.name}]({tmp_path})",
+                                                             f"[{name}]({paper.README_SWEEP})") == \
+        paper.readme_table(bench)
+    code = tmp_path / paper.lab_workloads(bench)[1] / "bench.json"
+    doc = json.loads(code.read_text())
     doc["run_info"]["commit"] = "0" * 40
-    (tmp_path / "code" / "bench.json").write_text(json.dumps(doc))
+    code.write_text(json.dumps(doc))
     with pytest.raises(ValueError, match="different commits"):
         paper.load_sweep(tmp_path)
-    shutil.rmtree(tmp_path / "code")
-    shutil.rmtree(tmp_path / "mt_bench")
+    for workload in paper.lab_workloads(bench):
+        shutil.rmtree(tmp_path / workload)
     with pytest.raises(ValueError, match="neither a bench.json"):
         paper.load_sweep(tmp_path)
+
+
+def test_chat_reads_as_mt_bench_where_that_workload_ran():
+    bench = paper.load_sweep(ROOT / paper.README_SWEEP)
+    rows = [{**r, "workload": "chat" if r["workload"] == "mt_bench" else r["workload"]} for r in bench["rows"]]
+    renamed = {**bench, "rows": rows}
+    assert paper.lab_workloads(renamed) == ("chat", "code")
+    assert paper.readme_table(renamed).replace("lab (chat / HumanEval)", "lab (MT-Bench / HumanEval)") == \
+        paper.readme_table(bench)
 
 
 def test_the_notebook_map_lists_every_notebook():
     listed = set(re.findall(r"^\| `(\d\d_\w+)` \|", README.read_text(), flags=re.MULTILINE))
     assert listed == {p.stem for p in (ROOT / "notebooks").glob("*.ipynb")}
+
+
+def test_the_heads_note_says_when_the_heads_are_not_the_shipped_ones():
+    old = paper.load_sweep(ROOT / "docs/results/h200/k_scaling/stop_at_eos/bench.json")  # before fingerprints
+    cell, note = paper.heads_note(old)
+    assert "not fingerprinted ¹" in cell and "2026-12-01" in note and "docs/results/history.md" in note
+    bench = paper.load_sweep(ROOT / paper.README_SWEEP)
+    if paper.heads_note(bench)[1]:
+        pytest.skip("the README's sweep ran with heads that no longer ship (its footnote says so)")
+    assert paper.heads_note(bench)[0].startswith("the shipped heads")
+    other = {**bench, "config": {**bench["config"], "head_digests": {**bench["config"]["head_digests"],
+                                                                      "peagle": "0" * 16}}}
+    cell, note = paper.heads_note(other)
+    assert cell == "P-EAGLE not the shipped head ¹" and "fingerprint is not the shipped one's" in note
