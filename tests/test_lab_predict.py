@@ -19,7 +19,19 @@ def bench():
 
 @pytest.fixture(scope="module")
 def scale_doc():
-    return predict.load_scale()[0]
+    """The CPU rehearsal: every shape of its grid, whatever GPU run is committed beside it."""
+    return predict.load_scale(REPO / predict.CPU_SCALE)[0]
+
+
+def test_the_committed_default_scale_json_predicts_its_shapes(bench):
+    doc, path = predict.load_scale()
+    shapes = predict.shapes_of(doc)
+    assert shapes, path
+    for shape in shapes:
+        for r in predict.speedup_table(doc, shape, predict.paper_acceptance()):
+            assert r["ratio"] > 0 and r["paper"] == SPEED_BENCH_SPEEDUP.get(r["concurrency"])
+    if "smollm2-135m" in shapes:
+        assert predict.check_against_bench(doc, bench)
 
 
 def _scale_from_bench(bench, workload):
@@ -208,3 +220,9 @@ def test_a_committed_gpu_run_replaces_the_cpu_rehearsal(tmp_path, monkeypatch):
         gpu.parent.mkdir(parents=True)
         gpu.write_text(json.dumps({"date": date, "costs": []}))
     assert predict.load_scale()[1] == "docs/results/h100/scale/2026-12-06/scale.json"  # the newest GPU run
+
+
+def test_answer_sweep_is_the_newest_answer_length_run():
+    doc, path = predict.answer_sweep()
+    assert "answer_length" in path and doc["rows"]
+    assert predict.code_workload(doc) in predict.workloads_of(doc)

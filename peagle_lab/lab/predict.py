@@ -38,11 +38,26 @@ from .paper import HUMANEVAL_AL, PAPER_AL, SPEED_BENCH_SPEEDUP
 __all__ = ["fit_geometric", "paper_acceptance", "measured_acceptance", "al_at", "predicted_tps", "best_k",
            "speedup_table", "check_against_bench", "check_summary", "baseline_strength", "load_scale",
            "tps_curves", "step_split", "usable_ks", "workloads_of", "code_workload", "drafting_cost_to_match", "shapes_of", "concurrencies_of", "depths_of",
-           "SCALE_GLOB", "CPU_SCALE", "scale_files", "OUR_SWEEP", "PEAGLE_DEPTH", "KS"]
+           "SCALE_GLOB", "CPU_SCALE", "scale_files", "OUR_SWEEP",
+           "ANSWER_SWEEPS", "answer_sweep", "PEAGLE_DEPTH", "KS"]
 
 KS = tuple(range(1, 9))
 PEAGLE_DEPTH = 4  # the shipped P-EAGLE head's layers (and the paper's GPT-OSS 20B drafter's)
-OUR_SWEEP = "docs/results/h200/k_scaling/bench.json"  # the K sweep of the shipped heads
+OUR_SWEEP = "docs/results/h200/k_scaling/bench.json"  # the fixed-length K sweep (128 tokens past EOS)
+ANSWER_SWEEPS = "docs/results/*/answer_length/*/bench.json"  # answers decoded to EOS, the shipped heads
+
+
+def answer_sweep() -> tuple[dict, str]:
+    """(the newest answer-length sweep by its date, its path): real answers to EOS, the paper's protocol.
+
+    Raises:
+        ValueError: none is committed.
+    """
+    found = [(json.loads(p.read_text()), p) for p in REPO.glob(ANSWER_SWEEPS)]
+    if not found:
+        raise ValueError(f"no answer-length sweep matches {ANSWER_SWEEPS}")
+    doc, path = max(found, key=lambda dp: (dp[0].get("run_info") or {}).get("date", ""))
+    return doc, str(path.relative_to(REPO))
 # the scale lab's JSON: a GPU run (docs/results/<device>/scale/, any folder depth) where one is committed, the
 # newest by its date, else the CPU rehearsal (tiny shapes)
 SCALE_GLOB = "docs/results/*/scale/**/scale.json"

@@ -23,8 +23,12 @@ def scale_summary(scale: Mapping, path: str) -> str:
     shapes = predict.shapes_of(scale)
     lines = [f"scale lab: {path}", f"  device {scale['device']}, torch {scale['torch']}, {scale['date'][:10]}",
              f"  {len(scale['rows'])} engine cells in {scale['wall_s']} s; shapes: {', '.join(shapes)}"]
-    if scale["skipped"] or scale["errors"]:
-        lines.append(f"  not measured: {len(scale['skipped'])} cells; errors: {scale['errors'] or 'none'}")
+    missing = [s for s in scale["grid"]["shapes"] if s not in shapes]
+    if missing:
+        lines.append(f"  not reached within its time budget ({scale['grid']['time_budget_s']:.0f} s): "
+                     f"{', '.join(missing)} ({len(scale['skipped'])} cells)")
+    if scale["errors"]:
+        lines.append(f"  errors: {scale['errors']}")
     if scale["grid"]["tiny"]:
         lines.append("  these are the CPU rehearsal's tiny shapes (hidden 64): they exercise the code, and their "
                      "milliseconds say nothing about a GPU")
@@ -57,11 +61,13 @@ def layer_and_moe_text(scale: Mapping) -> str:
         if isinstance(rows, str):
             lines.append(f"{name}: no MoE layer measured ({rows})")
             continue
-        by = {r["tokens"]: r for r in rows}
+        by, info = {r["tokens"]: r for r in rows}, scale["shapes"][name]
+        e, k = info["experts"], info["top_k"]
         for t in (1, 8) if 8 in by else (min(by),):
             r = by[t]
-            lines.append(f"{name}, {t} token(s) in one layer: routed experts {r['moe_ms']:.3f} ms, dense "
-                         f"stand-in {r['dense_ms']:.3f} ms")
+            touched = e * (1 - (1 - k / e) ** t)
+            lines.append(f"{name}, {t} token(s) in one layer (about {touched:.0f} of {e} experts read): routed "
+                         f"experts {r['moe_ms']:.3f} ms, dense stand-in of {k} experts {r['dense_ms']:.3f} ms")
     return "\n".join(lines)
 
 
