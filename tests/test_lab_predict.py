@@ -209,17 +209,29 @@ def test_scale_report_prints_what_predict_computes(bench, scale_doc):
     assert scale_report.scale_summary(scale_doc, "x.json").startswith("scale lab: x.json")
 
 
-def test_a_committed_gpu_run_replaces_the_cpu_rehearsal(tmp_path, monkeypatch):
+def _run(device, date, shapes):
+    return {"device": device, "date": date, "grid": {"shapes": list(shapes)}, "shapes": {s: {} for s in shapes},
+            "rows": [{"shape": s, "run": date} for s in shapes if "+" not in s], "skipped": [],
+            "costs": [{"shape": s, "method": m, "k": 1} for s in shapes for m in ("eagle3", "peagle")]}
+
+
+def test_committed_gpu_runs_replace_the_cpu_rehearsal_and_merge(tmp_path, monkeypatch):
     cpu = tmp_path / predict.CPU_SCALE
     cpu.parent.mkdir(parents=True)
-    cpu.write_text(json.dumps({"date": "2026-12-06", "costs": []}))
+    cpu.write_text(json.dumps(_run("CPU", "2026-12-06", ["gpt-oss-20b"])))
     monkeypatch.setattr(predict, "REPO", tmp_path)
     assert predict.load_scale()[1] == predict.CPU_SCALE
-    for folder, date in (("h100/scale/2026-12-06", "2026-12-06T04:40"), ("h200/scale", "2026-12-05")):
-        gpu = tmp_path / "docs/results" / folder / "scale.json"
-        gpu.parent.mkdir(parents=True)
-        gpu.write_text(json.dumps({"date": date, "costs": []}))
-    assert predict.load_scale()[1] == "docs/results/h100/scale/2026-12-06/scale.json"  # the newest GPU run
+    runs = (("h100/scale", _run("H100", "2026-12-06T04:00", ["smollm2-135m", "gpt-oss-20b"])),
+            ("h100/scale/2026-12-06b", _run("H100", "2026-12-06T04:40", ["gpt-oss-20b", "gpt-oss-20b+moe"])),
+            ("h200/scale", _run("H200", "2026-12-05", ["llama-3.1-8b"])))
+    for folder, doc in runs:
+        (tmp_path / "docs/results" / folder).mkdir(parents=True, exist_ok=True)
+        (tmp_path / "docs/results" / folder / "scale.json").write_text(json.dumps(doc))
+    doc, path = predict.load_scale()
+    assert path == "docs/results/h100/scale/2026-12-06b/scale.json + docs/results/h100/scale/scale.json"
+    assert predict.shapes_of(doc) == ["smollm2-135m", "gpt-oss-20b", "gpt-oss-20b+moe"]  # the H200 run: another device
+    assert [(r["shape"], r["run"]) for r in doc["rows"]] == [("gpt-oss-20b", "2026-12-06T04:40"),  # newest wins
+                                                             ("smollm2-135m", "2026-12-06T04:00")]
 
 
 def test_answer_sweep_is_the_newest_answer_length_run():

@@ -30,6 +30,7 @@ import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from ..bench.scale import SHAPES
 from ..bench.scale_costs import step_costs
 from ..provenance import REPO
 from .kmodel import METHODS, Acceptance, acceptance_length, measured_decode_tps
@@ -38,7 +39,7 @@ from .paper import HUMANEVAL_AL, PAPER_AL, SPEED_BENCH_SPEEDUP
 __all__ = ["fit_geometric", "paper_acceptance", "measured_acceptance", "al_at", "predicted_tps", "best_k",
            "speedup_table", "check_against_bench", "check_summary", "baseline_strength", "load_scale",
            "tps_curves", "step_split", "usable_ks", "workloads_of", "code_workload", "drafting_cost_to_match", "shapes_of", "concurrencies_of", "depths_of",
-           "SCALE_GLOB", "CPU_SCALE", "scale_files", "OUR_SWEEP",
+           "SCALE_GLOB", "CPU_SCALE", "scale_files", "merge_scale", "OUR_SWEEP",
            "ANSWER_SWEEPS", "answer_sweep", "PEAGLE_DEPTH", "KS"]
 
 KS = tuple(range(1, 9))
@@ -71,14 +72,55 @@ def scale_files() -> list[Path]:
     return gpu + [REPO / CPU_SCALE]
 
 
+def _base(shape: str) -> str:
+    return shape.split("+")[0]  # "gpt-oss-20b+moe" -> "gpt-oss-20b"
+
+
+def merge_scale(docs: Sequence[tuple[dict, str]]) -> tuple[dict, str]:
+    """One document from several runs on the newest run's device (``docs`` newest first): each shape's rows,
+    costs, MoE layer and layer check from the newest run that has costs for it; ``files`` names the runs used.
+
+    A second GPU run that measures the shapes a first one did not reach adds them this way.
+    """
+    base = docs[0][0]
+    out = {**base, "rows": [], "costs": [], "moe": {}, "layer_check": [], "skipped": [], "files": [],
+           "shapes": {}, "wall_s": 0.0}
+    taken: set[str] = set()
+    for doc, path in docs:
+        new = {_base(r["shape"]) for r in doc["costs"]} - taken
+        if doc.get("device") != base.get("device") or not new:
+            continue
+        out["files"].append(path)
+        out["rows"] += [r for r in doc["rows"] if r["shape"] in new]
+        out["costs"] += [r for r in doc["costs"] if _base(r["shape"]) in new]
+        out["moe"].update({k: v for k, v in (doc.get("moe") or {}).items() if k in new})
+        out["layer_check"] += [r for r in doc.get("layer_check", []) if r["shape"] in new]
+        out["shapes"].update(doc["shapes"])
+        out["wall_s"] += doc.get("wall_s", 0.0)
+        taken |= new
+    order = list(SHAPES)  # smallest target first, as the scale lab lists them
+    out["costs"].sort(key=lambda r: (order.index(_base(r["shape"])), r["shape"]))
+    grid_shapes = [s_ for doc, _ in docs if doc.get("device") == base.get("device") for s_ in doc["grid"]["shapes"]]
+    out["grid"] = {**base["grid"], "shapes": list(dict.fromkeys(grid_shapes))}
+    out["skipped"] = [c for doc, _ in docs if doc.get("device") == base.get("device")
+                      for c in doc.get("skipped", []) if c.split()[0] not in taken]
+    return out, " + ".join(out["files"])
+
+
 def load_scale(path: str | Path | None = None) -> tuple[dict, str]:
-    """(the scale lab's JSON, its path relative to the repository): ``path``, else the first of ``scale_files()``."""
+    """(the scale lab's JSON, its path relative to the repository): ``path``; else the committed GPU runs of the
+    newest run's device merged (:func:`merge_scale`); else the CPU rehearsal."""
+    def read(p: Path) -> tuple[dict, str]:
+        rel = p.resolve().relative_to(REPO) if p.resolve().is_relative_to(REPO) else p
+        return json.loads(p.read_text()), str(rel)
+
     candidates = [Path(path)] if path else scale_files()
-    for p in candidates:
-        if p.is_file():
-            rel = p.resolve().relative_to(REPO) if p.resolve().is_relative_to(REPO) else p
-            return json.loads(p.read_text()), str(rel)
-    raise ValueError(f"no scale-lab JSON at {', '.join(map(str, candidates))}; run `peagle-lab scale --out FILE`")
+    found = [p for p in candidates if p.is_file()]
+    if not found:
+        raise ValueError(f"no scale-lab JSON at {', '.join(map(str, candidates))}; run `peagle-lab scale --out FILE`")
+    if path or found[0] == REPO / CPU_SCALE:
+        return read(found[0])
+    return merge_scale([read(p) for p in found if p != REPO / CPU_SCALE])
 
 
 # ------------------------------------------------------------------ acceptance
