@@ -12,7 +12,10 @@
 # Knobs (environment): PYTHON (python3), SCALE_BUDGET_S (270), SCALE_FLAGS (more flags for peagle-lab scale,
 # given last so they win). The rehearsal on a CPU, tiny shapes (a few seconds; its JSON is docs/results/cpu/scale/):
 #   OUT=/tmp/scale_cpu PYTHON=.venv/bin/python SCALE_FLAGS="--tiny" bash scripts/gpu/scale_lab_gpu.sh
-# The GPU JSON lands in docs/results/<device>/scale/scale.json, where peagle_lab.lab.predict and notebook 08 read it.
+# The shapes a run did not reach, alone (GPT-OSS-20B's 105 cells take about three minutes on an H100):
+#   OUT=/tmp/scale2 SCALE_FLAGS="--shapes gpt-oss-20b qwen3-coder-30b-a3b llama-3.1-8b llama-3.2-1b" bash scripts/gpu/scale_lab_gpu.sh
+# The GPU JSON lands in docs/results/<device>/scale/ (a later run in a folder of its own there); peagle_lab.lab.predict
+# merges the runs of one device, each shape from the newest run that measured it, and notebook 08 reads them.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:?set OUT to the output folder}
