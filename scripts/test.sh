@@ -22,7 +22,7 @@ stage import-layers .venv/bin/lint-imports --no-cache
 # Every Triton kernel the engine can launch, built for sm_80 / sm_90 / sm_100 / sm_120 without a GPU: fails on a
 # build error, a new spill, shared memory over an arch's limit, or a table that no longer matches the launches
 # (peagle_lab/kernels/aot_table.py). Rows of unchanged kernels come from the table and ~/.cache/peagle_lab/aot, so
-# only changed kernels compile: about 20 s on a fresh clone; --rebuild compiles all (6-7 minutes on 2 cores).
+# only changed kernels compile: about 20 s on a fresh clone; --rebuild compiles all (about 8.5 minutes on 2 cores).
 stage kernels-aot .venv/bin/python -m peagle_lab.kernels.aot_table --check docs/results/cpu/kernels_aot.json
 stage unit-tests .venv/bin/python -m pytest -q -p no:cacheprovider
 # One OpenMP thread: on a 2-core runner two threads spin-wait on each other (15-40x slower).
