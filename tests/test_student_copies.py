@@ -143,12 +143,16 @@ _SETUP: dict[Path, dict] = {}
 
 
 def _setup_namespace(path: Path, nb: dict) -> dict:
-    """What the notebook's first code cell defines (run once per notebook, from notebooks/)."""
+    """What the notebook's leading code cells define, up to the one that imports the checks (run once per
+    notebook, from notebooks/; notebook 1 runs `peagle-lab doctor` before its imports)."""
     if path not in _SETUP:
-        first = next(c for c in nb["cells"] if c["cell_type"] == "code")
         ns: dict = {"__name__": "__main__"}
         with contextlib.redirect_stdout(io.StringIO()):
-            exec(compile("".join(first["source"]), f"{path.name}[setup]", "exec"), ns)
+            for cell in (c for c in nb["cells"] if c["cell_type"] == "code"):
+                exec(compile("".join(cell["source"]), f"{path.name}[setup]", "exec"), ns)
+                if "checks" in ns:
+                    break
+        assert "checks" in ns, f"{path.name}: no code cell imports the checks"
         _SETUP[path] = ns
     return dict(_SETUP[path])
 
