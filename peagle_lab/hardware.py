@@ -36,6 +36,7 @@ class ArchLimits:
 
 
 _KIB = 1024
+#: Per-SM limits by target name (``"sm_80"``, ``"sm_90"``, ``"sm_100"``, ``"sm_120"``).
 ARCHS: dict[str, ArchLimits] = {
     a.arch: a for a in (
         ArchLimits("sm_80", (8, 0), 2048, 32, 65536, 255, 164 * _KIB, 163 * _KIB),
@@ -64,6 +65,7 @@ class DevicePreset:
         return ARCHS[self.arch]
 
 
+#: Device presets by name (``"A100"``, ``"H100"``, ``"H200"``, ``"B200"``, ``"RTX5090"``).
 DEVICES: dict[str, DevicePreset] = {
     d.name: d for d in (
         DevicePreset("A100", "sm_80", 108, 2.039, 312.0, 80,

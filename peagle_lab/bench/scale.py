@@ -77,7 +77,7 @@ class ScaleShape:
 
     @property
     def active_mlp(self) -> int:
-        """The dense MLP width measured: the MLP itself, or top_k experts side by side."""
+        """The dense MLP width measured, which is the MLP itself or top_k experts side by side."""
         return self.config.intermediate_size
 
 

@@ -84,7 +84,7 @@ class Spec:
 
     @property
     def label(self) -> str:
-        """A short readable name: element types, then the constexprs and warps/stages.
+        """A short readable name, made of the element types, then the constexprs and warps/stages.
 
         >>> Spec("k", "sm_90", (("x", "*bf16"), ("n", "i32"), ("B", "constexpr")), (("B", 64),), (), 4, 3).label
         'bf16 B=64 w4 s3'

@@ -208,7 +208,7 @@ def code_workload(bench: Mapping) -> str:
 
 
 def al_at(acceptance: Acceptance | Sequence[float], k: int) -> float:
-    """AL(K) = 1 + a_1 + … + a_K from a geometric :class:`Acceptance` or measured a_i.
+    """AL(K) = 1 + a_1 + … + a_K from a geometric :class:`~peagle_lab.lab.kmodel.Acceptance` or measured a_i.
 
     >>> al_at((0.7, 0.5, 0.3), 2), round(al_at(Acceptance(0.5, 0.5), 2), 3)
     (2.2, 1.75)
@@ -348,7 +348,7 @@ def check_against_bench(scale: Mapping, bench: Mapping, shape: str = "smollm2-13
 
 
 def check_summary(cells: Sequence[Mapping], tolerance: float = 0.10) -> dict:
-    """How many cells lie within ``tolerance`` (0.10 = 10 %), the largest |error|, and whether all do.
+    """How many cells lie within ``tolerance`` (0.10 = 10 %), the largest absolute error, and whether all do.
 
     >>> check_summary([{"error": 0.05}, {"error": -0.12}])
     {'cells': 2, 'within': 1, 'max_abs_error': 0.12, 'all_within': False}
