@@ -61,9 +61,9 @@ class Caches:
         """The main caches, grown to at least ``c`` blocks of ``max_len`` positions: (target's, drafter's).
 
         A request's block is rounded up to a multiple of ``KV_BLOCK_ALIGN`` positions: the
-        decode step attends over the whole block, and in the H200 sweep of 2026-12-01 cells
-        whose block length was unaligned had verify steps up to 45 % slower than their
-        neighbours (attention kernels want aligned key lengths), so timings jumped with K.
+        decode step attends over the whole block, and attention kernels want aligned key lengths:
+        on the H200, cells whose block length is unaligned measure verify steps up to 45 % slower
+        than their neighbours, so timings would jump with K.
         """
         max_len = -(-max_len // KV_BLOCK_ALIGN) * KV_BLOCK_ALIGN
         if self.t is None or c > self.t.max_batch or max_len > self.t.max_len:
