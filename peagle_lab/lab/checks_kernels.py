@@ -2,8 +2,9 @@
 
 Each check tries the answer on inputs of its own, compares it with the worked solution in
 :mod:`peagle_lab.lab.exercises`, and raises an ``AssertionError`` with a hint or prints one
-line starting with ``correct:`` (the shared machinery is :mod:`peagle_lab.lab.checks_base`;
-:mod:`peagle_lab.lab.checks` lists every check and re-exports them).
+line starting with ``correct:`` (the shared machinery is :mod:`peagle_lab.lab.checks_base`). The notebooks call them through
+:mod:`peagle_lab.lab.checks`, which lists every check and wraps each to hand on the worked
+answer while its exercise is unanswered.
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from . import exercises
-from .checks_base import _STUB, _call, _correct, _hands_on_answers
+from .checks_base import STUB, call_answer, correct
 
 __all__ = ["check_chain_mask", "check_cod_kept", "check_fill_by_gather", "check_moved_bytes"]
 
@@ -66,7 +67,7 @@ def check_chain_mask(sees, leaked_token) -> None:
     layouts = list(_mask_cases())
     pairs = list(_FIRST_PAIRS) + [(q, key) for els in layouts for q in els for key in els]
     for q, key in pairs:
-        got, want = _call(sees, *q, *key), exercises.chain_sees(*q, *key)
+        got, want = call_answer(sees, *q, *key), exercises.chain_sees(*q, *key)
         if not (isinstance(got, (bool, int)) or type(got).__name__ in ("bool", "bool_")  # numpy's bool too
                 or (isinstance(got, torch.Tensor) and got.numel() == 1)):
             raise AssertionError(f"sees({q[0]}, {q[1]}, {key[0]}, {key[1]}) returned {got!r}: return True or False")
@@ -74,7 +75,7 @@ def check_chain_mask(sees, leaked_token) -> None:
             raise AssertionError(f"query {q} {'sees' if got else 'does not see'} key {key}, which it "
                                  f"{'must not' if got else 'must'}: {_pair_reason(q, key)}")
     if leaked_token is None:
-        raise AssertionError(_STUB)
+        raise AssertionError(STUB)
     if isinstance(leaked_token, bool) or not isinstance(leaked_token, int):
         raise AssertionError(f"leaked_token is the index i of the token x[i], a whole number; got {leaked_token!r}")
     hints = {5: "x[5] is what query (1, 2) must predict (element (a, d) predicts x[a + d + 2]); the key before it in "
@@ -84,7 +85,7 @@ def check_chain_mask(sees, leaked_token) -> None:
     if leaked_token != 4:
         raise AssertionError(hints.get(leaked_token, f"x[{leaked_token}] is off: element (a', 0) embeds x[a' + 1], and "
                                        "here a' = 3"))
-    _correct(f"your rule is the chain mask on {len(layouts)} COD layouts ({len(pairs)} query-key pairs). Key (3, 0) "
+    correct(f"your rule is the chain mask on {len(layouts)} COD layouts ({len(pairs)} query-key pairs). Key (3, 0) "
              "embeds x[4], the token chain 1 drafts at depth 1, right before query (1, 2). At inference that draft "
              "comes out of the same pass, so mask slot 2 cannot see it (slot 1 holds only the mask embedding and "
              "h_shared); a position-causal training mask would teach the head to lean on a token it never has")
@@ -107,14 +108,14 @@ def check_cod_kept(kept, without_cod) -> None:
     want = exercises.cod_kept_elements(n, depths)
     for name, value in (("kept", kept), ("without_cod", without_cod)):
         if value is None:
-            raise AssertionError(_STUB)
+            raise AssertionError(STUB)
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise AssertionError(f"{name} should be a number of elements, got {value!r}")
     if without_cod != n * depths:
         raise AssertionError(f"without COD every anchor keeps every depth: n x K_train = {n} x {depths} elements "
                              f"(depths 0..{depths - 1}), not {without_cod}")
     if kept == want:
-        _correct(f"COD keeps {want} of {n * depths} elements ({100 * want / (n * depths):.0f}%): "
+        correct(f"COD keeps {want} of {n * depths} elements ({100 * want / (n * depths):.0f}%): "
                  f"{', '.join(map(str, quotas[:5]))}, then {quotas[5]} at each of depths 5-{depths - 1}")
         return
     unrounded = sum(n * max(0.7 ** d, 0.2) for d in range(depths))  # 3373.1
@@ -172,7 +173,7 @@ def check_fill_by_gather(fill_by_gather) -> None:
     """
     for args, want in _fill_cases():
         with _WhereShapes() as seen:
-            got = _call(fill_by_gather, *args)
+            got = call_answer(fill_by_gather, *args)
         if not isinstance(got, torch.Tensor) or got.shape != want.shape or got.dtype != want.dtype:
             shown = f"{tuple(got.shape)} {got.dtype}" if isinstance(got, torch.Tensor) else type(got).__name__
             raise AssertionError(f"expected a tensor {tuple(want.shape)} {want.dtype} ([N, H], the dtype of hidden), "
@@ -190,7 +191,7 @@ def check_fill_by_gather(fill_by_gather) -> None:
             raise AssertionError(f"right values, but torch.where produced a {list(wide[0])} tensor: choose the rows "
                                  "with one index vector [N] and gather them all at once (index_select on a table "
                                  "with two extra rows, shared_hidden and zeros)")
-    _correct("bit-identical to fill_draft_hidden_ref on 3 ragged batches, float32 and bfloat16, one gather")
+    correct("bit-identical to fill_draft_hidden_ref on 3 ragged batches, float32 and bfloat16, one gather")
 
 
 def check_moved_bytes(moved: float) -> None:
@@ -203,7 +204,7 @@ def check_moved_bytes(moved: float) -> None:
     """
     want = exercises.draft_batch_bytes([3] * 64, 7, 576, hidden_bytes=2)
     if moved is None:
-        raise AssertionError(_STUB)
+        raise AssertionError(STUB)
     if not isinstance(moved, (int, float)) or isinstance(moved, bool):
         raise AssertionError(f"expected a number of bytes, got {type(moved).__name__}")
     out_rows = 64 * 14 * 576 * 2  # the [c*R, H] output alone
@@ -217,9 +218,5 @@ def check_moved_bytes(moved: float) -> None:
     if moved < 0.85 * want:
         raise AssertionError(f"{moved / 1e6:.3f} MB is close but short: did you count both the rows read (n + 1 per "
                              "request, and shared_hidden) and the rows written (c x R)?")
-    _correct(f"{moved / 1e6:.2f} MB (the full count, index arrays included, is {want / 1e6:.2f} MB)")
+    correct(f"{moved / 1e6:.2f} MB (the full count, index arrays included, is {want / 1e6:.2f} MB)")
 
-
-# Every check hands on its answers, and lets an unanswered exercise pass by (see checks_base._hands_on_answers).
-for _name in [n for n in __all__ if n.startswith("check_")]:
-    globals()[_name] = _hands_on_answers(globals()[_name])

@@ -2,8 +2,9 @@
 
 Each check tries the answer on inputs of its own, compares it with the worked solution in
 :mod:`peagle_lab.lab.exercises`, and raises an ``AssertionError`` with a hint or prints one
-line starting with ``correct:`` (the shared machinery is :mod:`peagle_lab.lab.checks_base`;
-:mod:`peagle_lab.lab.checks` lists every check and re-exports them).
+line starting with ``correct:`` (the shared machinery is :mod:`peagle_lab.lab.checks_base`). The notebooks call them through
+:mod:`peagle_lab.lab.checks`, which lists every check and wraps each to hand on the worked
+answer while its exercise is unanswered.
 """
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import math
 import torch
 
 from . import exercises
-from .checks_base import _STUB, _call, _correct, _hands_on_answers
+from .checks_base import STUB, call_answer, correct
 
 __all__ = ["check_verify_by_hand", "check_drafter_work", "check_draft_row", "check_padding_slots"]
 
@@ -56,7 +57,7 @@ def check_verify_by_hand(verify_by_hand) -> None:
     """
     cases = list(_verify_cases())
     for drafts, choices in cases:
-        got = _call(verify_by_hand, list(drafts), list(choices))
+        got = call_answer(verify_by_hand, list(drafts), list(choices))
         if isinstance(got, torch.Tensor):
             got = got.tolist()
         if not isinstance(got, (list, tuple)):
@@ -64,7 +65,7 @@ def check_verify_by_hand(verify_by_hand) -> None:
         got, want = [int(t) for t in got], exercises.verify_by_hand(drafts, choices)
         if got != want:
             raise AssertionError(_verify_hint(drafts, choices, got, want))
-    _correct(f"drafts [5, 9, 7] against the target's [5, 6, 7, 8] gain [5, 6]: draft 1 accepted, 6 recovered for "
+    correct(f"drafts [5, 9, 7] against the target's [5, 6, 7, 8] gain [5, 6]: draft 1 accepted, 6 recovered for "
              f"draft 2, and draft 3 never counts although it matches. {len(cases)} cases agree")
 
 
@@ -90,7 +91,7 @@ def check_drafter_work(drafter_work) -> None:
     """
     for method, k, layers in (("eagle3", 5, 1), ("peagle", 5, 4), ("peagle", 3, 2), ("eagle3", 7, 2),
                               ("eagle3", 1, 1), ("peagle", 1, 1)):
-        got = _call(drafter_work, method, k=k, layers=layers)
+        got = call_answer(drafter_work, method, k=k, layers=layers)
         if not (isinstance(got, (tuple, list)) and len(got) == 2):
             raise AssertionError(f"return two numbers, (passes, slot_layers); got {got!r}")
         (passes, work), (want_passes, want_work) = got, exercises.drafter_work(method, k=k, layers=layers)
@@ -103,7 +104,7 @@ def check_drafter_work(drafter_work) -> None:
                     "count the slots of every pass (notebook 2: R = T + K - 1 for P-EAGLE's one pass, T = K + 1 for "
                     "EAGLE-3's first, one token for each later pass), times the layers each slot runs through")
             raise AssertionError(f"{where}: {work} slot-layers, expected {want_work}. {hint}")
-    _correct("at K = 5, EAGLE-3 (1 layer) runs 5 passes and 10 slot-layers, P-EAGLE (4 layers) 1 pass and 40 "
+    correct("at K = 5, EAGLE-3 (1 layer) runs 5 passes and 10 slot-layers, P-EAGLE (4 layers) 1 pass and 40 "
              "slot-layers: a fifth of the passes, four times the arithmetic")
 
 
@@ -154,7 +155,7 @@ def check_draft_row(draft_row) -> None:
     """
     cases = list(_rows_to_check())
     for tokens, pos, n, bonus, k in cases:
-        got = _call(draft_row, list(tokens), list(pos), n, bonus, k=k, mask_token_id=99)
+        got = call_answer(draft_row, list(tokens), list(pos), n, bonus, k=k, mask_token_id=99)
         want = exercises.draft_row_by_hand(tokens, pos, n, bonus, k=k, mask_token_id=99)
         if not isinstance(got, dict) or any(f not in got for f in _ROW_FIELDS):
             raise AssertionError(f"return a dict with the lists {', '.join(_ROW_FIELDS)}; got "
@@ -172,7 +173,7 @@ def check_draft_row(draft_row) -> None:
                     kind = _slot_kind(i, n, k)
                     raise AssertionError(f"{where}: slot {i} ({kind}) has {f} {got[f][i]!r}, expected "
                                          f"{want[f][i]!r}; {_SLOT_RULES[kind]}")
-    _correct(f"the request's 8 slots (bonus at slot 1, mask positions 22-24, 3 padding slots) and {len(cases) - 1} "
+    correct(f"the request's 8 slots (bonus at slot 1, mask positions 22-24, 3 padding slots) and {len(cases) - 1} "
              "random requests' slots are the kernel's")
 
 
@@ -188,7 +189,7 @@ def check_padding_slots(padding) -> None:
     accepted, k = [0, 4, 2, 1], 4
     want = exercises.num_padding_slots(accepted, k)
     if padding is None:
-        raise AssertionError(_STUB)
+        raise AssertionError(STUB)
     if isinstance(padding, bool) or not isinstance(padding, (int, float)) or not math.isfinite(padding) \
             or padding != int(padding):
         raise AssertionError(f"expected a whole number of slots, got {padding!r}")
@@ -207,10 +208,6 @@ def check_padding_slots(padding) -> None:
         raise AssertionError(hints.get(int(padding), f"{int(padding)} is off: each request has R = T + K - 1 = 2K = 8 "
                                        "slots, of which n context, 1 bonus and K - 1 mask slots are live; count the "
                                        "rest, request by request"))
-    _correct(f"{want} of the batch's {slots} slots are padding: K - n = {', '.join(str(k - n) for n in accepted)} per "
+    correct(f"{want} of the batch's {slots} slots are padding: K - n = {', '.join(str(k - n) for n in accepted)} per "
              "request, the rejected drafts; none writes KV (slot -1) or is sampled")
 
-
-# Every check hands on its answers, and lets an unanswered exercise pass by (see checks_base._hands_on_answers).
-for _name in [n for n in __all__ if n.startswith("check_")]:
-    globals()[_name] = _hands_on_answers(globals()[_name])

@@ -3,15 +3,16 @@
 Each check compares the answer with the worked solution in :mod:`peagle_lab.lab.exercises`
 and the committed measurements (the H200 K sweep, the shipped heads' ``summary.json``), and
 raises an ``AssertionError`` with a hint or prints one line starting with ``correct:`` (the
-shared machinery is :mod:`peagle_lab.lab.checks_base`; :mod:`peagle_lab.lab.checks` lists
-every check and re-exports them).
+shared machinery is :mod:`peagle_lab.lab.checks_base`). The notebooks call them through
+:mod:`peagle_lab.lab.checks`, which lists every check and wraps each to hand on the worked
+answer while its exercise is unanswered.
 """
 from __future__ import annotations
 
 import math
 
 from . import exercises
-from .checks_base import _STUB, _call, _correct, _hands_on_answers
+from .checks_base import STUB, call_answer, correct
 
 __all__ = ["check_speedup_at_equal_acceptance", "check_weakest_depth"]
 
@@ -67,7 +68,7 @@ def check_speedup_at_equal_acceptance(speedup_at_equal_acceptance) -> None:
              (("own", 1, 4), Row(verify_ms=2.0, prep_ms=0.0, draft_ms=0.4), Row(verify_ms=2.2, prep_ms=0.1, draft_ms=1.6))]
     sweep = _k_sweep_rows()
     for cell, p, e in sweep + cases:  # the sweep's rows first: they have acceptance, so every hint can fire
-        got = _call(speedup_at_equal_acceptance, p, e)
+        got = call_answer(speedup_at_equal_acceptance, p, e)
         if isinstance(got, bool) or not isinstance(got, (int, float)):
             raise AssertionError(f"return one number (P-EAGLE's TPS over EAGLE-3's), got {type(got).__name__}")
         ok = exercises.speedup_conventions(p, e).values()
@@ -76,10 +77,10 @@ def check_speedup_at_equal_acceptance(speedup_at_equal_acceptance) -> None:
             raise AssertionError(f"{where}: yours is {got:.3f}; {_speedup_hint(got, p, e)}")
     at = next(((p, e) for (w, c, k), p, e in sweep if (w, c, k) == ("chat", 1, 7)), None)
     if at is None:
-        _correct("P-EAGLE's speed-up at equal acceptance is right on the check's rows")
+        correct("P-EAGLE's speed-up at equal acceptance is right on the check's rows")
         return
-    got = _call(speedup_at_equal_acceptance, *at)
-    _correct(f"at equal acceptance P-EAGLE would reach {got:.2f}x EAGLE-3's tokens/s at c = 1, K = 7 on chat "
+    got = call_answer(speedup_at_equal_acceptance, *at)
+    correct(f"at equal acceptance P-EAGLE would reach {got:.2f}x EAGLE-3's tokens/s at c = 1, K = 7 on chat "
              f"(drafting {at[0].draft_ms:.2f} against {at[1].draft_ms:.2f} ms); right on all {len(sweep)} cells "
              "of the H200 K sweep")
 
@@ -100,7 +101,7 @@ def check_weakest_depth(head, depth, reason) -> None:
     acc = exercises.shipped_depth_agreement()
     want_head, want_depth, _ = exercises.weakest_depth(acc)
     if head is None or depth is None or reason is None:
-        raise AssertionError(_STUB)
+        raise AssertionError(STUB)
     p, e = acc["peagle"], acc["eagle3"]
     if head not in acc:
         raise AssertionError(f"head should be 'eagle3' or 'peagle', got {head!r}")
@@ -134,11 +135,7 @@ def check_weakest_depth(head, depth, reason) -> None:
         raise AssertionError(f"distance alone does not explain it: EAGLE-3's depth {len(e) - 1} also predicts "
                              f"{len(e)} tokens ahead of the last verified one and still agrees {e[-1]:.2f}. What "
                              "does its slot see that P-EAGLE's does not?")
-    _correct(f"P-EAGLE's agreement falls from {p[0]:.2f} at depth 0 to {p[want_depth]:.2f} at depth {want_depth}, "
+    correct(f"P-EAGLE's agreement falls from {p[0]:.2f} at depth 0 to {p[want_depth]:.2f} at depth {want_depth}, "
              f"EAGLE-3's only from {e[0]:.2f} to {min(e):.2f}: {exercises.DEPTH_REASONS['a']}, which EAGLE-3's "
              "slot sees")
 
-
-# Every check hands on its answers, and lets an unanswered exercise pass by (see checks_base._hands_on_answers).
-for _name in [n for n in __all__ if n.startswith("check_")]:
-    globals()[_name] = _hands_on_answers(globals()[_name])
