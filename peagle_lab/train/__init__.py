@@ -24,8 +24,7 @@ One concern per module, in the order a run uses them:
     evaluate    held-out acceptance with the real engine; model cards
     bench       training throughput and model-FLOP utilisation (`peagle-lab train-bench`)
     report      results.json of a training session (goals, curves, acceptance per K)
-    cli         mounts `peagle-lab train-data | train | train-eval`: data_cli (train-data),
-                train_cli (train, train-eval), cli_common (what they share)
+    cli         `peagle-lab train-data | train | train-eval` (data_cli, train_cli, cli_common)
     tiny        a character tokenizer and random data for CPU smoke runs
 
 The per-sequence functions (``eagle3_step``, ``peagle_step`` with ``partition``) are the
