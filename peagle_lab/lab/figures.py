@@ -18,7 +18,7 @@
 | ``acceptance_reports_figure`` | per-position acceptance per head    | 6        |
 | ``learning_curve_figure``  | a training session's ``results.json``  | 6        |
 | ``acceptance_vs_k_figure`` | AL per K per head (``results.json``)   | 6        |
-| ``k_scaling_figure``       | a K sweep's ``bench.json`` rows         | README   |
+| ``k_scaling_figure``       | a K sweep's ``bench.json`` rows         | results  |
 
 ``figure_mime_bundle`` turns a figure into raw display data (for in-place updates).
 

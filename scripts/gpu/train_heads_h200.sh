@@ -19,7 +19,7 @@
 # EVAL_HEADS ("NAME=HEAD_DIR ...": heads trained before, e.g. the shipped ones, evaluated beside the new runs on
 # the same prompts; their weights stay out of the archive), DEPTH=1 (then scripts/gpu/depth_bench_h200.sh ranks
 # every exported peagle-<N>l head by throughput; its files land in $OUT too), SWEEP=1 (then the K sweep of the
-# README with the new heads → $OUT/sweep_bench.json; SWEEP_PEAGLE / SWEEP_EAGLE3 pick other heads, SWEEP_PREVIOUS
+# results index with the new heads → $OUT/sweep_bench.json; SWEEP_PEAGLE / SWEEP_EAGLE3 pick other heads, SWEEP_PREVIOUS
 # adds an earlier P-EAGLE head's cells, SWEEP_BUDGET_S its time budget (300), SWEEP_PROMPTS prompts a c = 1 cell (16),
 # SWEEP_EXTRA more bench flags, e.g. "--stop-at-eos").
 # COMPILE_CACHE_IN: a folder of compile caches from an earlier session (its $OUT/compile_cache.tar.part-*, unpacked
@@ -230,7 +230,7 @@ if [ "${DEPTH:-0}" = 1 ]; then
 fi
 
 # ---------------------------------------------------------------- 7 K sweep with the new heads (SWEEP=1)
-# The throughput sweep of the README's K-scaling table: plain, EAGLE-3 and P-EAGLE, K = 1..8, c = 1 and 64, chat
+# The throughput sweep of the results index's K-scaling table: plain, EAGLE-3 and P-EAGLE, K = 1..8, c = 1 and 64, chat
 # and code, then the P-EAGLE cells again with SWEEP_PREVIOUS (an earlier head) in the same session.
 if [ "${SWEEP:-0}" = 1 ] && [ "${SMOKE:-0}" != 1 ]; then  # the sweep needs the real model
   t=$SECONDS
