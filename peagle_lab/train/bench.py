@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 
 from ..config import COMPILE_MODES
-from .cli import command_line, common_arguments, load_target, reports_errors
+from .cli_common import command_line, common_arguments, load_target, reports_errors
 
 # Dense bf16 tensor-core peaks from the vendors' data sheets (FLOP/s, without sparsity).
 PEAK_BF16 = {"H200": 989e12, "H100": 989e12, "B200": 2250e12, "A100": 312e12}
