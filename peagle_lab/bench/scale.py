@@ -144,6 +144,11 @@ class ScaleGrid:
         lo, hi = self.layers
         if not 1 <= lo < hi:
             raise ValueError(f"layers={self.layers!r}: expected two layer counts 1 <= a < b")
+        if not 1 <= self.prompt_tokens <= 32768:
+            raise ValueError(f"prompt_tokens={self.prompt_tokens!r}: expected a context of 1 to 32768 tokens")
+        bad_c = {s: cs for s, cs in self.concurrency.items() if not cs or min(cs) < 1 or max(cs) > 1024}
+        if bad_c:
+            raise ValueError(f"concurrency={bad_c!r}: expected concurrencies in [1, 1024]")
 
     def ks_of(self, shape: str) -> tuple[int, ...]:
         return tuple(self.shape_ks.get(shape, self.ks))
@@ -328,6 +333,10 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--compile", choices=["auto", "on", "off"])
     ap.add_argument("--device")
     ap.add_argument("--time-budget-s", type=float)
+    ap.add_argument("--prompt-tokens", type=int,
+                    help="context a request holds when its decode starts (default 160; answers decoded to EOS "
+                         "average far longer contexts, see docs/results/*/answer_length/)")
+    ap.add_argument("-c", "--concurrency", nargs="+", type=int, help="concurrencies for every shape (default per shape)")
     return ap
 
 
@@ -335,8 +344,11 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     grid = TINY_GRID if args.tiny else GPU_GRID
     changes = {"shapes": tuple(args.shapes or ()), "ks": tuple(args.k or ()), "depths": tuple(args.depths or ()),
-               "compile": args.compile, "device": args.device, "time_budget_s": args.time_budget_s}
-    grid = replace(grid, **{f: v for f, v in changes.items() if v})
+               "compile": args.compile, "device": args.device, "time_budget_s": args.time_budget_s,
+               "prompt_tokens": args.prompt_tokens}
+    if args.concurrency:
+        changes["concurrency"] = {s: tuple(args.concurrency) for s in SHAPES}
+    grid = replace(grid, **{f: v for f, v in changes.items() if v is not None and v != ()})
     if args.k or args.depths:  # flags name the grid for every shape
         grid = replace(grid, shape_ks={} if args.k else grid.shape_ks, shape_depths={} if args.depths else grid.shape_depths)
     if grid.device.startswith("cuda") and not torch.cuda.is_available():
