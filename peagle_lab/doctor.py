@@ -113,11 +113,9 @@ def engine_paths(device: str | torch.device | None = None) -> dict:
 
 def model_cache() -> dict:
     """Where the embedded SmolLM2 lives and whether its converted folder passes its checksum."""
-    from . import zoo
+    from .zoo import model_cache_status
 
-    folder = zoo._converted_dir(zoo.DEFAULT)
-    return {"model": zoo.DEFAULT.name, "cache": str(zoo.cache_dir()), "folder": str(folder),
-            "ready": zoo._converted_ok(folder, zoo.DEFAULT), "gguf_sha256": zoo.DEFAULT.gguf_sha256}
+    return model_cache_status()
 
 
 def heads() -> list[dict]:

@@ -183,6 +183,19 @@ def _converted_ok(folder: Path, spec: ModelSpec) -> bool:
     return weights.is_file() and sha256_file(weights) == meta.get("weights_sha256")
 
 
+def model_cache_status(spec: ModelSpec = DEFAULT) -> dict:
+    """Where ``spec``'s converted folder lives and whether it is ready, without fetching or building it.
+
+    Returns:
+        ``{"model", "cache", "folder", "ready", "gguf_sha256"}``: the model's name, the cache root,
+        the converted HF folder, whether that folder is complete and its weights match the sha256
+        recorded at conversion, and the pinned GGUF sha256. ``peagle-lab doctor`` reports this dict.
+    """
+    folder = _converted_dir(spec)
+    return {"model": spec.name, "cache": str(cache_dir()), "folder": str(folder),
+            "ready": _converted_ok(folder, spec), "gguf_sha256": spec.gguf_sha256}
+
+
 def convert_default(spec: ModelSpec = DEFAULT, quiet: bool = False) -> Path:
     """Return the cached HF folder of ``spec`` (config, float32 safetensors, tokenizer).
 

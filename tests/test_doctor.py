@@ -1,11 +1,12 @@
 """``peagle-lab doctor`` on the CPU: the report, its JSON, and a non-zero exit naming what is missing."""
 import functools
 import json
+from pathlib import Path
 
 import pytest
 import torch
 
-from peagle_lab import cli, doctor
+from peagle_lab import cli, doctor, zoo
 from peagle_lab.kernels.decode_attention import multi_query_attention
 
 
@@ -25,6 +26,17 @@ def test_the_json_report_says_what_this_cpu_machine_will_do(report, capsys):
                              "kernel_backend": "torch", "triton_interpreter": True}
     assert {h["method"] for h in got["heads"]} == {"eagle3", "peagle"}
     assert set(got["vllm"]) == {"importable", "version"}
+
+
+def test_the_model_cache_keys_match_the_committed_gpu_reports(report):
+    """``doctor --json`` outputs committed from GPU machines keep their meaning: the same keys,
+    model_cache's included."""
+    committed = sorted(Path(__file__).parents[1].glob("docs/results/*/doctor/*/doctor.json"))
+    assert committed, "no committed doctor.json under docs/results/<device>/doctor/"
+    for path in committed:
+        got = json.loads(path.read_text())
+        assert list(got) == list(report) and list(got["model_cache"]) == list(report["model_cache"]), path
+    assert report["model_cache"] == zoo.model_cache_status()  # doctor reads the cache through zoo's public call
 
 
 def test_the_shipped_heads_pass_their_checksums(report):

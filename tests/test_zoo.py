@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import subprocess
 import zipfile
 from pathlib import Path
@@ -99,3 +100,22 @@ def test_pip_download_wheel_raises_the_callers_error_with_pips_last_lines(tmp_pa
     monkeypatch.setenv("PEAGLE_LAB_OFFLINE", "1")
     with pytest.raises(LookupError, match="PEAGLE_LAB_OFFLINE=1 forbids downloading"):
         zoo.pip_download_wheel("some-data==1.0", tmp_path, True, "1 MB", LookupError)
+
+
+def test_model_cache_status_reports_a_missing_a_ready_and_a_corrupt_folder(fake):
+    spec, _, _ = fake
+    status = zoo.model_cache_status(spec)
+    folder = zoo.cache_dir() / "models" / "fake"
+    assert status == {"model": "fake", "cache": str(zoo.cache_dir()), "folder": str(folder), "ready": False,
+                      "gguf_sha256": spec.gguf_sha256}
+    folder.mkdir(parents=True)
+    (folder / "model.safetensors").write_bytes(b"weights")
+    stamp = {"source_sha256": spec.gguf_sha256, "conversion_version": zoo.CONVERSION_VERSION,
+             "weights_sha256": hashlib.sha256(b"weights").hexdigest()}
+    (folder / "peagle_lab.json").write_text(json.dumps(stamp))
+    assert zoo.model_cache_status(spec)["ready"]
+    (folder / "model.safetensors").write_bytes(b"weightz")  # same size, other bytes
+    assert not zoo.model_cache_status(spec)["ready"]
+    (folder / "peagle_lab.json").write_text(json.dumps({**stamp, "conversion_version": -1,
+                                                        "weights_sha256": hashlib.sha256(b"weightz").hexdigest()}))
+    assert not zoo.model_cache_status(spec)["ready"]  # an older conversion layout is rebuilt, not used
