@@ -14,12 +14,11 @@ x [T, H] ─► router [E, H] ─► top-k experts a token ─► sort the T·k 
 
 ``torch._grouped_mm`` reads each expert's weights once for all its rows and skips experts with
 none, which is what an MoE kernel does. ``moe_extra_ms`` is the per-layer difference the
-scale lab adds to a verify pass (``scale.full_depth_costs``: shape ``NAME+moe``).
+scale lab adds to a verify pass (``scale.full_depth_costs``: shape ``NAME+moe``). Both layers are
+timed as CUDA-graph replays (:func:`~peagle_lab.bench.timing.replay_ms`), as the engine runs a layer.
 """
 from __future__ import annotations
 
-import statistics
-import time
 from dataclasses import replace
 
 import torch
@@ -27,8 +26,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..models.llama import MLP
+from .timing import replay_ms
 
-__all__ = ["MoELayer", "time_ms", "measure_moe"]
+__all__ = ["MoELayer", "measure_moe"]
 
 
 class MoELayer(nn.Module):
@@ -59,36 +59,6 @@ class MoELayer(nn.Module):
         return torch.zeros_like(x).index_add_(0, rows, y)
 
 
-def time_ms(fn, device: torch.device, reps: int = 20) -> float:
-    """Median milliseconds of ``fn()``: replays of a CUDA graph on CUDA (as the engine runs a layer), else calls."""
-    if device.type != "cuda":
-        fn()
-        ts = []
-        for _ in range(reps):
-            t0 = time.perf_counter()
-            fn()
-            ts.append(1e3 * (time.perf_counter() - t0))
-        return statistics.median(ts)
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(2):
-            fn()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        fn()
-    ts = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        g.replay()
-        b.record()
-        b.synchronize()
-        ts.append(a.elapsed_time(b))
-    return statistics.median(ts)
-
-
 def measure_moe(config, experts: int, top_k: int, expert_intermediate: int, tokens: list[int],
                 device: torch.device, dtype: torch.dtype) -> list[dict]:
     """One MoE layer and the dense MLP of ``top_k`` experts (the engine's ``MLP``) at each token count.
@@ -109,7 +79,7 @@ def measure_moe(config, experts: int, top_k: int, expert_intermediate: int, toke
     for t in tokens:
         x = torch.randn(t, config.hidden_size, device=device, dtype=dtype)
         with torch.inference_mode():
-            m = time_ms(lambda: moe(x), device)
-            d = time_ms(lambda: dense(x), device)
+            m = replay_ms(lambda: moe(x), device)
+            d = replay_ms(lambda: dense(x), device)
         out.append({"tokens": t, "moe_ms": m, "dense_ms": d, "moe_extra_ms": m - d})
     return out

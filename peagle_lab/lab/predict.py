@@ -125,7 +125,8 @@ def load_scale(path: str | Path | None = None) -> tuple[dict, str]:
 
 # ------------------------------------------------------------------ acceptance
 def _geometric_sum(r: float, k: int) -> float:
-    return float(k) if r == 1.0 else (1.0 - r ** k) / (1.0 - r)
+    """1 + r + … + r^(K−1): AL(K) − 1 of a first-position rate of 1 (the K-model's sum, not a second one)."""
+    return acceptance_length(Acceptance(1.0, r), k) - 1.0
 
 
 def fit_geometric(al3: float, al7: float) -> Acceptance:

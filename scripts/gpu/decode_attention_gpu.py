@@ -31,13 +31,13 @@ import importlib.util
 import inspect
 import json
 import shlex
-import statistics
 import sys
 import time
 
 import torch
 import torch.nn.functional as F
 
+from peagle_lab.bench.timing import replay_ms
 from peagle_lab.config import SpecConfig
 from peagle_lab.engine import SpecDecoder
 from peagle_lab.kernels import decode_attention as da
@@ -73,28 +73,7 @@ def gqa_sdpa(q, k, v, mask):
 
 def time_graphed(fn, inputs: list[tuple], replays: int = 20) -> float:
     """µs per call of ``fn(*inputs[i])`` for every i, captured in one CUDA graph and replayed."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):  # warm-up (compiles the kernels) off the capture
-        for args in inputs[:2]:
-            fn(*args)
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for args in inputs:
-            fn(*args)
-    graph.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(replays):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        graph.replay()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
-    del graph
-    return 1e3 * statistics.median(times) / len(inputs)
+    return 1e3 * replay_ms(lambda: [fn(*args) for args in inputs], "cuda", replays) / len(inputs)
 
 
 def parse_variant(text: str) -> dict:
