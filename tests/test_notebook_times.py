@@ -1,8 +1,9 @@
 """The notebooks' run times: measured by scripts/dev/time_notebooks.py into committed JSON, shown by the pages'
-generated blocks (docs/workshop.md, docs/notebooks.md), which must match it."""
+generated blocks (docs/workshop.md, docs/notebooks.md, README.md's notebook map), which must match it."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -27,7 +28,35 @@ def test_the_pages_show_the_committed_times():
     assert times.main(["--check"]) == 0
     block = times.render(json.loads(times.JSON.read_text()))
     for page in times.PAGES:
-        assert block in page.read_text(), page
+        if page != times.README:
+            assert block in page.read_text(), page
+
+
+def test_the_readme_map_carries_each_notebooks_measured_minutes():
+    """Stale minutes fail here: rebuild with `python scripts/dev/time_notebooks.py --pages-only`."""
+    assert times.README in times.PAGES
+    doc = json.loads(times.JSON.read_text())
+    readme = times.README.read_text()
+    block = readme.split(times.MAP_BEGIN, 1)[1].split(times.MAP_END, 1)[0]
+    minutes = dict(re.findall(r"^\| `(\d\d_\w+)` \|.*\| ([^|]+) \|$", block, flags=re.MULTILINE))
+    assert minutes == {r["notebook"].removesuffix(".ipynb"): f"{r['seconds'] / 60:.1f}" if r["seconds"] >= 3
+                       else "< 0.1" for r in doc["notebooks"]}
+    assert doc["run_info"]["device"] in block and "docs/results/cpu/notebook_times.json" in block
+
+
+def test_the_readme_map_keeps_its_hand_written_cells_and_refuses_a_notebook_without_a_row(tmp_path):
+    doc = {"run_info": {"device": "CPU (x86_64, 2 cores)"},
+           "notebooks": [{"notebook": "01_a.ipynb", "seconds": 90.0}, {"notebook": "02_b.ipynb", "seconds": 30.0}]}
+    page = tmp_path / "README.md"
+    page.write_text(f"intro\n{times.MAP_BEGIN}\n| notebook | what it teaches |\n| --- | --- |\n"
+                    f"| `02_b` | masks, slot by slot |\n| `01_a` | one step |\n{times.MAP_END}\nafter\n")
+    block = times.render_map(doc, page.read_text())
+    assert block.splitlines()[:4] == [*times.MAP_HEADER, "| `01_a` | one step | 1.5 |", "| `02_b` | masks, slot by slot | 0.5 |"]
+    assert times.rewrite(page, block, times.MAP_BEGIN, times.MAP_END) == \
+        f"intro\n{times.MAP_BEGIN}\n{block}\n{times.MAP_END}\nafter\n"
+    with pytest.raises(ValueError, match="no row for 03_c"):
+        times.render_map({**doc, "notebooks": [*doc["notebooks"], {"notebook": "03_c.ipynb", "seconds": 5.0}]},
+                         page.read_text())
 
 
 def test_render_and_rewrite(tmp_path):
