@@ -66,6 +66,13 @@ class SpecConfig:
     # move to the front of the KV caches and the steps run at that width; False keeps every row to the end
     # (plain decoding, which queues each step before it reads the last, keeps its rows either way)
     compact_rows: bool = True
+    # plain continuous decoding (method="baseline", generate(..., concurrency=c) with more prompts than c)
+    # on the device: StreamDecoder's loop (engine.plain), whose host reads the rows every sync_every
+    # steps, not every step. Greedy tokens are the same; its result has no step trace, num_steps counts
+    # steps in whole reads (multiples of sync_every), sampling uses hashed Gumbel noise
+    # (engine.sampling) instead of the seeded generator. False: the host-read loop, one trace entry a step
+    device_loop: bool = False
+    sync_every: int = 4  # with device_loop: decode steps between two host reads (1..4096)
 
     def __post_init__(self) -> None:
         check_choice("method", self.method, METHODS)
@@ -76,7 +83,7 @@ class SpecConfig:
         check_int("max_new_tokens", self.max_new_tokens, 1, 1 << 20)
         check_int("seed", self.seed, 0)
         check_choice("kernel_backend", self.kernel_backend, BACKENDS)
-        for name in ("cuda_graphs", "first_draft_graphs", "compact_rows", "compile_edges"):
+        for name in ("cuda_graphs", "first_draft_graphs", "compact_rows", "compile_edges", "device_loop"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name}={getattr(self, name)!r} must be True or False")
         if not isinstance(self.prefill_graphs, bool) and self.prefill_graphs != "auto":
@@ -84,6 +91,7 @@ class SpecConfig:
         check_choice("compile", self.compile, COMPILE_MODES)
         check_choice("decode_attention", self.decode_attention, DECODE_ATTENTION)
         check_int("refill_divisor", self.refill_divisor, 1, 4096)
+        check_int("sync_every", self.sync_every, 1, 4096)
 
     @property
     def parallel_drafting(self) -> bool:

@@ -180,3 +180,93 @@ def test_a_graph_stays_valid_for_later_views_of_its_block_on_cuda():
         junk = [torch.full((n,), 1 << 40, dtype=torch.long, device="cuda") for n in (64, 128, 512) for _ in range(64)]
         assert got == eager.generate(prompts, 16, EOS).tokens
         del junk
+
+
+# ---------------------------------------------------------------- through SpecDecoder (SpecConfig.device_loop)
+def _device_engine(target, max_new: int, **kw) -> SpecDecoder:
+    return SpecDecoder(target, None, SpecConfig(method="baseline", max_new_tokens=max_new, device_loop=True, **kw))
+
+
+@pytest.mark.parametrize("c,sync_every,divisor,n", [(3, 1, 3, 23), (4, 3, 2, 23), (16, 2, 16, 23), (32, 2, 8, 90)])
+def test_the_engines_device_loop_is_stream_decoding(c, sync_every, divisor, n):
+    """``SpecDecoder.generate(..., concurrency=c)`` with ``device_loop``: the StreamDecoder loop, its greedy tokens
+    plain decoding's, its metrics counted from the device loop's steps."""
+    target = tiny_target()
+    prompts = _prompts(n)
+    eng = _device_engine(target, 12, sync_every=sync_every, refill_divisor=divisor)
+    res = eng.generate(prompts, eos_token_ids=EOS, concurrency=c)
+    want = _plain(target, prompts, [12] * n)
+    assert res.tokens == want
+    assert isinstance(eng.plain, StreamDecoder) and eng.plain.c == c and eng.plain.refill_at == max(1, c // divisor)
+    direct = StreamDecoder(target, concurrency=c, sync_every=sync_every, refill_at=eng.plain.refill_at)
+    assert direct.generate(prompts, 12, EOS).tokens == want
+    m = res.metrics
+    assert (m.method, m.k, m.num_requests, m.output_tokens) == ("baseline", 0, n, sum(map(len, want)))
+    assert m.num_steps > 0 and m.num_steps % sync_every == 0 and res.trace == []
+    assert m.num_drafts == 0 and m.first_draft_s == 0.0 and m.prefill_s > 0
+    decoder = eng.plain
+    assert eng.generate(prompts[::-1], eos_token_ids=EOS, concurrency=c).tokens == want[::-1]
+    assert eng.plain is decoder and decoder.cache_allocations == 1  # caches and graphs kept across calls
+
+
+def test_the_device_loop_samples_as_stream_decoding_does():
+    target = tiny_target()
+    prompts = _prompts(10)
+    got = _device_engine(target, 12, temperature=0.9, seed=3).generate(prompts, eos_token_ids=EOS, concurrency=4)
+    want = StreamDecoder(target, concurrency=4, temperature=0.9, seed=3, refill_at=1).generate(prompts, 12, EOS)
+    assert got.tokens == want.tokens and got.tokens != _plain(target, prompts, [12] * 10)
+
+
+def test_the_host_read_loop_stays_where_the_device_loop_does_not_apply():
+    """Off by default (a step trace, one entry a step); one batch, and a drafter's method, keep the host loop."""
+    from peagle_lab.testing import tiny_drafter
+
+    target = tiny_target()
+    prompts = _prompts(9)
+    want = _plain(target, prompts, [10] * 9)
+    host = SpecDecoder(target, None, SpecConfig(method="baseline", max_new_tokens=10))
+    r = host.generate(prompts, eos_token_ids=EOS, concurrency=3)
+    assert r.tokens == want and len(r.trace) == r.metrics.num_steps > 0 and host.plain is None
+    one_batch = _device_engine(target, 10)
+    assert one_batch.generate(prompts, eos_token_ids=EOS, concurrency=9).tokens == want and one_batch.plain is None
+    spec = SpecDecoder(target, tiny_drafter(target, "peagle"), SpecConfig(max_new_tokens=10, device_loop=True))
+    r = spec.generate(prompts, eos_token_ids=EOS, concurrency=3)
+    assert r.tokens == want and spec.plain is None and r.metrics.num_drafts > 0
+
+
+def test_the_device_loop_takes_one_limit_per_prompt():
+    target = tiny_target()
+    prompts = _prompts(11)
+    max_new = [random.Random(i).randrange(1, 20) for i in range(11)]
+    eng = _device_engine(target, 4)
+    assert eng.generate(prompts, max_new, EOS, concurrency=3).tokens == _plain(target, prompts, max_new)
+    with pytest.raises(ValueError, match="entries"):
+        eng.generate(prompts, max_new[:3], EOS, concurrency=3)
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        eng.generate(prompts, [0] * 11, EOS, concurrency=3)
+
+
+@pytest.mark.parametrize("kw,word", [(dict(device_loop=1), "device_loop"), (dict(sync_every=0), "sync_every"),
+                                     (dict(sync_every=5000), "sync_every")])
+def test_bad_device_loop_settings_name_the_value(kw, word):
+    with pytest.raises(ValueError, match=word):
+        SpecConfig(method="baseline", **kw)
+
+
+def test_the_benchmark_rehearses_both_paths_on_a_cpu(tmp_path):
+    """``scripts/gpu/stream_bench_gpu.py --device cpu --tiny``: StreamDecoder and the engine's device loop on the
+    same prompts, the same tokens, one JSON with its provenance."""
+    import json
+
+    from peagle_lab.testing import script_module
+
+    bench = script_module("gpu/stream_bench_gpu.py")
+    out = tmp_path / "bench.json"
+    assert bench.main(["--device", "cpu", "--tiny", "-c", "8", "--prompts", "40", "--out", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert doc["commit"] and doc["device"] and "stream_bench_gpu.py" in doc["command"]
+    assert sorted((r["path"], r["repeat"]) for r in doc["rows"]) == [("engine", 0), ("engine", 1), ("stream", 0),
+                                                                    ("stream", 1)]
+    assert all(r["requests"] == 40 and r["tokens_per_s"] > 0 for r in doc["rows"])
+    assert doc["summary"]["tokens_equal@T=0.0"] == {"stream": True, "engine": True}
+    assert doc["summary"]["engine_over_stream@T=0.0"] > 0

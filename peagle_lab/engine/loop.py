@@ -28,9 +28,10 @@ from .checks import Request, check_engine, check_request
 from .forwards import Forwards, padded_prefill_width
 from .graphs import decode_attention_fn
 from .metrics import Counts, GenerationResult, Timer, step_trace
+from .plain import StreamDecoder, check_limits
 from .state import Readback, State, device_flags
 
-__all__ = ["SpecDecoder", "may_continue"]
+__all__ = ["SpecDecoder", "may_continue", "decode_on_device"]
 
 
 class SpecDecoder:
@@ -62,6 +63,7 @@ class SpecDecoder:
         self.caches = Caches(target, drafter, config.k, self.decode_attention, self._graphs, self._prefill_graphs)
         # Called with every DraftResult the engine proposes (the vLLM check records drafts with it).
         self.on_draft: Callable[[DraftResult], None] | None = None
+        self.plain: StreamDecoder | None = None  # SpecConfig.device_loop's decoder (decode_on_device)
 
     # ------------------------------------------------------------------ caches and graphs
     def reserve(self, concurrency: int, max_len: int) -> None:
@@ -76,8 +78,7 @@ class SpecDecoder:
         """The target's and the drafter's KV caches, reused across calls (so captured graphs stay valid)."""
         return self.caches.main(c, max_len)
 
-    # The main caches (the target's, the drafter's), the scratch ones and how often the main ones were
-    # allocated (a soak test's proof that they are reused): ``Caches`` holds them. None: the next call allocates.
+    # The main and scratch caches, how often the main ones were allocated (a soak test's proof of reuse): Caches'.
     _cache_t = property(lambda self: self.caches.t, lambda self, cache: setattr(self.caches, "t", cache))
     _cache_d = property(lambda self: self.caches.d, lambda self, cache: setattr(self.caches, "d", cache))
     _scratch_caches = property(lambda self: self.caches.scratch_caches)
@@ -99,12 +100,13 @@ class SpecDecoder:
 
     # ------------------------------------------------------------------ the loop
     @torch.inference_mode()
-    def generate(self, prompts: list[list[int]], max_new_tokens: int | None = None,
+    def generate(self, prompts: list[list[int]], max_new_tokens: int | list[int] | None = None,
                  eos_token_ids: tuple[int, ...] | None = None, *, concurrency: int | None = None) -> GenerationResult:
         """Decode every prompt (token ids) until EOS or ``max_new_tokens``.
 
         ``concurrency``: decode at most this many requests at a time, with continuous batching (a
-        finished request's row takes the next prompt); None decodes all prompts as one batch.
+        finished request's row takes the next prompt; ``SpecConfig.device_loop``: ``decode_on_device``,
+        where ``max_new_tokens`` may also be one limit per prompt); None decodes all prompts as one batch.
 
         Returns:
             GenerationResult with the new tokens per request, the metrics and a step trace.
@@ -117,6 +119,8 @@ class SpecDecoder:
         if concurrency is not None:
             check_int("concurrency", concurrency, 1, 1 << 16)
             if isinstance(prompts, (list, tuple)) and concurrency < len(prompts):
+                if self.config.device_loop and not self.config.k:  # plain decoding's loop on the device
+                    return decode_on_device(self, prompts, max_new_tokens, eos_token_ids, concurrency)
                 return self._generate_continuous(prompts, max_new_tokens, eos_token_ids, concurrency)
         req = check_request(self.target, self.config, prompts, max_new_tokens, eos_token_ids)
         gen = torch.Generator(device=self.device).manual_seed(self.config.seed)
@@ -329,6 +333,31 @@ class SpecDecoder:
         self.caches.copy_admitted(rows, padded_prefill_width(width, max_len) + K + 1)
         n = len(reqs)
         return nxt[:n], draft, lens[:n], None if marks is None or timer is None else (marks[0], marks[2])
+
+
+def decode_on_device(engine: SpecDecoder, prompts: list[list[int]], max_new_tokens, eos_token_ids,
+                     c: int) -> GenerationResult:
+    """``engine.generate(prompts, concurrency=c)`` for plain decoding with ``SpecConfig.device_loop``.
+
+    The prompts go through ``engine.plain``, a ``plain.StreamDecoder`` of ``c`` rows (made on the
+    first such call, and again when ``c`` changes) whose loop runs on the device: it reads the rows
+    every ``config.sync_every`` steps and admits once ``c // config.refill_divisor`` rows are free,
+    through the same ``Scheduler`` as the host-read loop. Greedy tokens equal that loop's. The
+    metrics count its steps (whole reads: a multiple of ``sync_every``); the trace is empty.
+    ``max_new_tokens``: one limit (None: the config's) or a list of one per prompt.
+    """
+    cfg = engine.config
+    limits = check_limits(max_new_tokens, len(prompts)) if isinstance(max_new_tokens, (list, tuple)) else None
+    req = check_request(engine.target, cfg, prompts, max(limits) if limits else max_new_tokens, eos_token_ids)
+    dec = engine.plain
+    if dec is None or dec.c != c:
+        dec = engine.plain = StreamDecoder(engine.target, concurrency=c, temperature=cfg.temperature, seed=cfg.seed,
+                                           cuda_graphs=cfg.cuda_graphs, compile=cfg.compile,
+                                           sync_every=cfg.sync_every, refill_at=max(1, c // cfg.refill_divisor))
+    res = dec.generate(prompts, limits or req.max_new, sorted(req.eos))
+    s = res.stats
+    metrics = Counts(0).metrics(cfg.method, len(prompts), s.steps, s.output_tokens, s.prefill_s, s.decode_s, 0.0)
+    return GenerationResult(res.tokens, metrics, [])
 
 
 def may_continue(outputs: list[list[int]], done: list[bool], max_new: int) -> bool:
