@@ -37,12 +37,14 @@ the share; docs/engine.md).
 One module a job, each importing only those below it:
 
     loop       SpecDecoder: prefill, then the loop of verify / draft / accept; continuous batching's loop
-    batching   continuous batching's Scheduler (StreamDecoder's too), KV caches, admission, compaction, KV moves
+    plain      bulk plain decoding with the loop on the device (StreamDecoder; SpecConfig.device_loop)
+    batching   continuous batching's one Scheduler (both loops'), KV caches, admission, compaction, KV moves
     forwards   the target's and the drafter's forwards, each chosen once: eager, compiled or graphed
     graphs     CUDA graphs, compiled layers, the drafter pass step.draft receives, decode attention
     state      what the loop carries on the device between steps, and the host's read of it
     metrics    vLLM's counters, Metrics, StepTrace, GenerationResult, the timer
     checks     a generate call's input checks
+    sampling   Gumbel-max sampling with hashed noise (no generator state: the device loop's)
 """
 from .batching import KV_BLOCK_ALIGN, copy_kv_blocks, move_kv_blocks
 from .checks import check_eos, check_prompts
