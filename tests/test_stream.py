@@ -253,6 +253,20 @@ def test_bad_device_loop_settings_name_the_value(kw, word):
         SpecConfig(method="baseline", **kw)
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_the_engines_device_loop_equals_its_host_loop_on_cuda():
+    """Graphed and compiled on CUDA, the engine's device loop gives the host-read loop's greedy tokens."""
+    target = tiny_target().cuda()
+    prompts = _prompts(40)
+    host = SpecDecoder(target, None, SpecConfig(method="baseline", max_new_tokens=16))
+    device = _device_engine(target, 16, sync_every=3)
+    want = host.generate(prompts, eos_token_ids=EOS, concurrency=8).tokens
+    for _ in range(2):  # the second call replays the captured graphs
+        res = device.generate(prompts, eos_token_ids=EOS, concurrency=8)
+        assert res.tokens == want and res.trace == [] and res.metrics.num_steps % 3 == 0
+
+
 def test_the_benchmark_rehearses_both_paths_on_a_cpu(tmp_path):
     """``scripts/gpu/stream_bench_gpu.py --device cpu --tiny``: StreamDecoder and the engine's device loop on the
     same prompts, the same tokens, one JSON with its provenance."""

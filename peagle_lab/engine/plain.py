@@ -1,10 +1,11 @@
 """Bulk plain decoding on the device: ``StreamDecoder``, continuous batching with the loop on the GPU.
 
-``SpecDecoder.generate`` decodes a fixed batch: a request that ends early keeps its row until
-the longest one ends, and the host reads the new tokens after every step. Generating training
-data that way (chunks of 1024 prompts, up to 320 tokens each) leaves many rows idle, since
-responses vary widely in length (``docs/results/history.md`` has the measurement). This
-decoder keeps ``concurrency`` rows busy instead, and keeps the loop on the device:
+``SpecDecoder.generate`` without ``concurrency`` decodes a fixed batch: a request that ends
+early keeps its row until the longest one ends, and the host reads the new tokens after every
+step. Generating training data that way (chunks of 1024 prompts, up to 320 tokens each) leaves
+many rows idle, since responses vary widely in length (``docs/results/history.md`` has the
+measurement). This decoder keeps ``concurrency`` rows busy instead, and keeps the loop on the
+device:
 
 ```
 device state, one entry per row: token, position, active, count, limit, out [c, max_new]
