@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-from peagle_lab.bench import scale
+from peagle_lab.bench import scale, scale_costs
 from peagle_lab.bench.scale_moe import MoELayer, measure_moe
 from peagle_lab.cli import main as cli_main
 
@@ -70,6 +70,44 @@ def test_moe_variant_adds_the_experts_per_layer(tiny_doc):
     plain = scale.step_costs(tiny_doc, "gpt-oss-20b", "peagle", 3, 4, depth=1)
     routed = scale.step_costs(tiny_doc, "gpt-oss-20b+moe", "peagle", 3, 4, depth=1)
     assert math.isclose(routed["verify_ms"] - plain["verify_ms"], 24 * moe[16])
+
+
+def test_expert_bound_moe_costs_the_experts_read(tiny_doc):
+    bound = scale_costs.expert_bound_moe(tiny_doc)
+    shape = tiny_doc["shapes"]["gpt-oss-20b"]
+    rows = {r["tokens"]: r for r in bound["moe"]["gpt-oss-20b"]}
+    assert rows[1]["moe_extra_ms"] == pytest.approx(0.0)  # one token reads top_k experts: the dense stand-in
+    read = scale.expected_experts(scale.SHAPES["gpt-oss-20b"], 16)
+    assert rows[16]["moe_ms"] == pytest.approx(rows[16]["dense_ms"] * read / shape["top_k"])
+    plain = scale.step_costs(bound, "gpt-oss-20b", "peagle", 3, 4, depth=1)
+    routed = scale.step_costs(bound, "gpt-oss-20b+moe", "peagle", 3, 4, depth=1)
+    assert routed["verify_ms"] - plain["verify_ms"] == pytest.approx(24 * rows[16]["moe_extra_ms"])
+    assert len(bound["costs"]) == len(tiny_doc["costs"])
+
+
+def test_carried_to_scales_the_memory_bound_parts_by_bandwidth(tiny_doc):
+    with pytest.raises(ValueError, match="presets"):
+        scale_costs.carried_to(tiny_doc, "B200")
+    h100 = {**tiny_doc, "device": "NVIDIA H100 80GB HBM3"}
+    assert scale_costs.preset_of(h100["device"]) == "H100"
+    ratio = 3.35 / 8.0  # the H100's and the B200's datasheet bandwidths (peagle_lab.hardware)
+    for drafter in (True, False):
+        b200 = scale_costs.carried_to(h100, "B200", drafter=drafter)
+        for old, new in zip(h100["costs"], b200["costs"]):
+            assert new["verify_ms"] == pytest.approx(old["verify_ms"] * ratio)
+            assert new["draft_ms"] == pytest.approx(old["draft_ms"] * (ratio if drafter else 1.0))
+            assert (new["prep_ms"], new["host_ms"]) == (old["prep_ms"], old["host_ms"])
+            assert new["step_ms"] - new["verify_ms"] - new["draft_ms"] == pytest.approx(
+                old["step_ms"] - old["verify_ms"] - old["draft_ms"])  # the rest of the step stays
+        assert b200["device"].startswith("B200 (projected")
+
+
+def test_step_costs_at_rows_interpolate_between_concurrencies(tiny_doc):
+    c1, c4 = (scale.step_costs(tiny_doc, "gpt-oss-20b", "eagle3", 3, c) for c in (1, 4))
+    mid = scale_costs.step_costs_at_rows(tiny_doc, "gpt-oss-20b", "eagle3", 3, 2.5)
+    assert mid["step_ms"] == pytest.approx((c1["step_ms"] + c4["step_ms"]) / 2)
+    past = scale_costs.step_costs_at_rows(tiny_doc, "gpt-oss-20b", "eagle3", 3, 9.0)  # the nearest measured c
+    assert past == pytest.approx({p: c4[p] for p in scale_costs.PARTS})
 
 
 def test_moe_layer_equals_a_loop_over_tokens_and_their_experts():

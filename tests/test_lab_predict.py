@@ -79,8 +79,8 @@ def test_al_at_rejects_k_past_the_measured_positions():
 
 @pytest.mark.parametrize("workload", ["chat", "code"])
 def test_check_is_within_ten_percent_when_the_step_costs_are_the_sweeps_own(bench, workload):
-    """With the measured steps, only the acceptance model (per position from the largest K) can err."""
-    rows = {"rows": [r for r in bench["rows"] if r["workload"] == workload]}
+    """With the measured steps (every row busy), only the acceptance model (per position from the largest K) can err."""
+    rows = {"rows": [{k: v for k, v in r.items() if k != "row_steps"} for r in bench["rows"] if r["workload"] == workload]}
     cells = predict.check_against_bench(_scale_from_bench(bench, workload), rows)
     summary = predict.check_summary(cells)
     assert summary["cells"] == sum(r["method"] != "baseline" and r["temperature"] == 0 for r in rows["rows"])
@@ -202,6 +202,7 @@ def test_scale_report_prints_what_predict_computes(bench, scale_doc):
     acc = predict.paper_acceptance("SPEED-Bench")
     ratio = predict.speedup_table(scale_doc, "gpt-oss-20b", acc)[0]["ratio"]
     assert f"predicted P/E {ratio:.2f}x" in scale_report.distance_report(scale_doc)
+    assert "no GPU preset" in scale_report.distance_report(scale_doc)  # the CPU rehearsal: no device to carry to
     assert "1.69x" in scale_report.speedup_text({"paper": predict.speedup_table(scale_doc, "gpt-oss-20b", acc)})
     lead = 3.94 / 3.03
     assert f"the paper {lead:.2f}x" in scale_report.baseline_text(bench)
@@ -240,3 +241,92 @@ def test_answer_sweep_is_the_newest_answer_length_run():
     doc, path = predict.answer_sweep()
     assert "answer_length" in path and doc["rows"]
     assert predict.code_workload(doc) in predict.workloads_of(doc)
+
+
+def _costs(shape, cs, step=lambda c: float(c)):
+    parts = ("verify_ms", "prep_ms", "draft_ms", "host_ms")
+    return [{"shape": shape, "method": m, "depth": 1 if m == "eagle3" else 4, "k": k, "concurrency": c,
+             **{p: step(c) / 4 for p in parts}, "step_ms": step(c)} for m in ("eagle3", "peagle") for k in (1, 2)
+            for c in cs]
+
+
+def _row(method, k, c, **extra):
+    return {"method": method, "k": k, "concurrency": c, "workload": "code", "temperature": 0.0, "source": "peagle_lab",
+            "per_position_acceptance": [0.5, 0.25], "num_drafts": 10, "acceptance_length": 1.5 if k == 1 else 1.75,
+            "step_ms": 12.0, **extra}
+
+
+def test_a_static_batch_is_predicted_at_the_rows_its_steps_kept_busy():
+    scale = {"costs": _costs("smollm2-135m", (1, 8, 16, 64))}  # step_ms = c
+    bench = {"rows": [_row(m, k, 64, num_steps=100, row_steps=1200) for m in ("eagle3", "peagle") for k in (1, 2)]
+             + [_row(m, 2, 1) for m in ("eagle3", "peagle")]}
+    cells = {(c["method"], c["k"], c["concurrency"]): c for c in predict.check_against_bench(scale, bench)}
+    one = cells["peagle", 1, 64]
+    assert one["rows"] == 12.0 and not one["continuous"]
+    assert one["predicted_step_ms"] == pytest.approx(12.0)  # halfway between c = 8 and c = 16
+    assert one["predicted_tps"] == pytest.approx(1000 * 12 * 1.5 / 12.0)
+    assert one["measured_tps"] == pytest.approx(1000 * 12 * 1.5 / 12.0) and one["error"] == pytest.approx(0.0)
+    assert one["full_rows_error"] == pytest.approx((64 * 1.5 / 64.0) / (64 * 1.5 / 12.0) - 1)  # all 64 rows busy
+    assert cells["eagle3", 2, 1]["rows"] == 1.0  # no row_steps at c = 1: every row busy
+    from peagle_lab.lab import scale_report
+
+    text = scale_report.check_table(list(cells.values()))
+    assert "4 cells at c = 64 kept 12.0-12.0 rows busy" in text and f"{one['full_rows_error']:+.1%}" in text
+
+
+def test_continuous_rows_are_marked_and_kept_full():
+    scale = {"costs": _costs("smollm2-135m", (1, 64))}
+    bench = {"rows": [_row(m, 2, 64, num_steps=10, row_steps=640, continuous=True) for m in ("eagle3", "peagle")]}
+    cells = predict.check_against_bench(scale, bench)
+    assert all(c["continuous"] and c["rows"] == 64.0 and c["error"] == pytest.approx(c["full_rows_error"])
+               for c in cells)
+
+
+def _sweep(date, continuous):
+    return {"run_info": {"date": date}, "config": {"continuous": continuous},
+            "rows": [_row(m, 2, 64) for m in ("eagle3", "peagle")]}
+
+
+def test_answer_sweep_tells_static_from_continuous_batching(tmp_path, monkeypatch):
+    monkeypatch.setattr(predict, "REPO", tmp_path)
+    for folder, doc in (("h100/answer_length/a", _sweep("2026-12-06T03:45", 0)),
+                        ("h200/answer_length/b", _sweep("2026-12-01", 0))):
+        (tmp_path / "docs/results" / folder).mkdir(parents=True)
+        (tmp_path / "docs/results" / folder / "bench.json").write_text(json.dumps(doc))
+    assert predict.answer_sweep()[1] == "docs/results/h100/answer_length/a/bench.json"
+    with pytest.raises(ValueError, match="continuous-batching"):
+        predict.answer_sweep(continuous=True)
+    (tmp_path / "docs/results/h100/answer_length/c").mkdir(parents=True)
+    (tmp_path / "docs/results/h100/answer_length/c/bench.json").write_text(json.dumps(_sweep("2026-12-06T07:30", 4)))
+    assert predict.answer_sweep(continuous=True)[1] == "docs/results/h100/answer_length/c/bench.json"
+    assert predict.answer_sweep()[1] == "docs/results/h100/answer_length/a/bench.json"  # the newer one batches differently
+
+
+def test_occupancy_text_reads_the_sweeps_batches():
+    from peagle_lab.lab import scale_report
+
+    doc, _ = predict.answer_sweep()
+    text = scale_report.occupancy_text(doc, predict.load_scale()[0])
+    base = next(r for r in doc["rows"] if r["method"] == "baseline" and r["concurrency"] == 64)
+    assert f"{base['row_steps']:,} row-steps for {base['output_tokens']:,} tokens" in text
+    assert ("static batches of 64" in text) == (not doc["config"]["continuous"])
+
+
+def test_distance_numbers_at_the_papers_shape():
+    from peagle_lab.lab import scale_report
+
+    doc, _ = predict.load_scale()
+    if "gpt-oss-20b" not in predict.shapes_of(doc):
+        pytest.skip("no GPU scale-lab run of GPT-OSS-20B is committed")
+    n = scale_report.distance_numbers(doc)
+    speed = predict.paper_acceptance("SPEED-Bench")
+    assert n["paper"] == SPEED_BENCH_SPEEDUP[1] and n["device"] == "B200"
+    assert n["dense"]["best"] == predict.speedup_table(doc, "gpt-oss-20b", speed)[0]
+    assert n["routed"]["best"] == predict.speedup_table(doc, "gpt-oss-20b+moe", speed)[0]
+    assert n["routed"]["verify"][8] > n["routed"]["verify"][1]  # K + 1 tokens read more experts
+    assert n["routed"]["best"]["ratio"] < n["dense"]["best"]["ratio"]  # which taxes P-EAGLE's deep K
+    factor = n["dense"]["drafting"]
+    assert factor > 1 and predict.drafting_cost_to_match(doc, "gpt-oss-20b", 1, speed, 1.69) == factor
+    text = scale_report.distance_report(doc)
+    for v in ("dense", "routed"):
+        assert f"predicted P/E {n[v]['best']['ratio']:.2f}x" in text and f"{n[v]['device_verify']:.2f}x" in text

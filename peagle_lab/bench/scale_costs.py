@@ -1,12 +1,18 @@
-"""The scale lab's document read back: full-depth step costs per cell, the per-layer rule's check, and the
-step at any K (``step_costs``), which ``peagle_lab.lab.predict`` combines with acceptance.
+"""The scale lab's document read back: full-depth step costs per cell, the per-layer rule's check, the
+step at any K (``step_costs``) and at any number of busy rows (``step_costs_at_rows``), which
+``peagle_lab.lab.predict`` combines with acceptance, and the costs carried to another GPU by its memory
+bandwidth (``carried_to``, a projection) or with MoE layers that cost only the experts they read
+(``expert_bound_moe``).
 
 The document is what ``peagle_lab.bench.scale.run_scale`` writes (``rows`` of measured engine cells,
 ``grid``, ``shapes``, ``moe``); these functions are pure and need no GPU.
 """
 from __future__ import annotations
 
-__all__ = ["PARTS", "full_depth_costs", "layer_check", "step_costs"]
+from ..hardware import DEVICES
+
+__all__ = ["PARTS", "full_depth_costs", "layer_check", "step_costs", "step_costs_at_rows", "preset_of", "carried_to",
+           "expert_bound_moe"]
 
 PARTS = ("verify_ms", "prep_ms", "draft_ms", "host_ms", "step_ms")
 
@@ -112,3 +118,78 @@ def step_costs(doc: dict, shape: str, method: str, k: int, concurrency: int, dep
         have = sorted({(r["concurrency"], r["depth"]) for r in cells})
         raise ValueError(f"shape={shape!r} {method}: no cell at c={concurrency}, depth={depth}; measured (c, depth): {have}")
     return _interpolate(pts, k)
+
+
+def step_costs_at_rows(doc: dict, shape: str, method: str, k: int, rows: float, depth: int = 1) -> dict:
+    """:func:`step_costs` at ``rows`` busy rows, linear between the two measured concurrencies around it.
+
+    A static batch whose requests finish at different steps runs most of its steps with fewer rows than
+    it started with; ``rows`` is then the batch's mean (a bench row's ``row_steps / num_steps``). Outside
+    the measured concurrencies the nearest one stands in.
+
+    >>> doc = {"costs": [{"shape": "s", "method": "eagle3", "depth": 1, "k": 1, "concurrency": c,
+    ...                   **{p: float(c) for p in PARTS}} for c in (8, 16)]}
+    >>> step_costs_at_rows(doc, "s", "eagle3", 1, 12.0)["step_ms"], step_costs_at_rows(doc, "s", "eagle3", 1, 3)["step_ms"]
+    (12.0, 8.0)
+    """
+    depth = 1 if method == "eagle3" else depth
+    cs = sorted({r["concurrency"] for r in doc["costs"] if r["shape"] == shape and r["method"] == method
+                 and r["depth"] == depth})
+    if not cs:
+        raise ValueError(f"no {method} costs at depth {depth} for shape={shape!r}")
+    lo = max([c for c in cs if c <= rows], default=cs[0])
+    hi = min([c for c in cs if c >= rows], default=cs[-1])
+    a, b = step_costs(doc, shape, method, k, lo, depth), step_costs(doc, shape, method, k, hi, depth)
+    t = 0.0 if hi == lo else (rows - lo) / (hi - lo)
+    return {p: a[p] + t * (b[p] - a[p]) for p in PARTS}
+
+
+def preset_of(device: str) -> str | None:
+    """The device preset a GPU's name contains (:data:`peagle_lab.hardware.DEVICES`), None where none does.
+
+    >>> preset_of("NVIDIA H100 80GB HBM3"), preset_of("cpu")
+    ('H100', None)
+    """
+    return next((name for name in DEVICES if name in device.replace("-", " ").split()), None)
+
+
+def carried_to(scale: Mapping, device: str, drafter: bool = True) -> dict:
+    """The scale lab's costs carried to ``device`` by the ratio of memory bandwidths (a projection).
+
+    The verify pass at small c reads the target's weights once, so it scales with 1 / bandwidth; so do
+    the drafter passes where ``drafter`` (the rule of ``peagle_lab.lab.kmodel.device_costs``), else they keep their measured
+    time, as passes bound by launch and fixed costs would; prep and host time stay.
+
+    Raises:
+        ValueError: the scale lab's device or ``device`` is not a preset.
+    """
+    measured = preset_of(scale.get("device", ""))
+    if measured is None or device not in DEVICES:
+        raise ValueError(f"carry {scale.get('device')!r} to {device!r}: both must be presets ({', '.join(DEVICES)})")
+    ratio = DEVICES[measured].hbm_tb_s / DEVICES[device].hbm_tb_s
+    costs = []
+    for r in scale["costs"]:
+        verify, draft = r["verify_ms"] * ratio, r["draft_ms"] * (ratio if drafter else 1.0)
+        costs.append({**r, "verify_ms": verify, "draft_ms": draft,
+                      "step_ms": r["step_ms"] - r["verify_ms"] - r["draft_ms"] + verify + draft})
+    return {**scale, "costs": costs, "device": f"{device} (projected from {scale['device']})"}
+
+
+def expert_bound_moe(doc: dict) -> dict:
+    """``doc`` with each measured MoE layer replaced by one that costs only the experts its tokens read:
+    the dense stand-in's time (``top_k`` experts) × distinct experts read / ``top_k``, read at random
+    routing as E · (1 − (1 − top_k / E)^T). The ``NAME+moe`` costs follow.
+
+    It separates what K + 1 verify tokens must cost (more experts' weights to read) from what this lab's
+    grouped-GEMM layer adds on top (routing, sorting, one launch per step of the diagram).
+    """
+    moe = {}
+    for name, rows in (doc.get("moe") or {}).items():
+        e, k = doc["shapes"][name]["experts"], doc["shapes"][name]["top_k"]
+        moe[name] = rows if isinstance(rows, str) else [
+            {**r, "moe_ms": r["dense_ms"] * read / k, "moe_extra_ms": r["dense_ms"] * (read / k - 1.0)}
+            for r in rows for read in (e * (1.0 - (1.0 - k / e) ** r["tokens"]),)]
+    out = {**doc, "moe": moe}
+    base = [c for c in doc["costs"] if "+" not in c["shape"]]
+    out["costs"] = base + _moe_costs(out, base)
+    return out

@@ -22,7 +22,9 @@ throughputs (:func:`speedup_table`), printed beside the paper's per-concurrency 
 
 The check (:func:`check_against_bench`): with (a) and the SmolLM2 step costs, the model predicts
 every cell of our measured sweep; it is right where each prediction lies within 10 % of the
-cell's measured decode throughput (``kmodel.measured_decode_tps``: 1000 · c · AL / step_ms).
+cell's measured decode throughput, 1000 · rows · AL / step_ms at the rows its steps kept busy (c where
+every row stays busy, as in the scale lab and a continuous batch; fewer in a static batch of answers to
+EOS, whose requests finish at different steps).
 """
 from __future__ import annotations
 
@@ -31,7 +33,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from ..bench.scale import SHAPES
-from ..bench.scale_costs import step_costs
+from ..bench.scale_costs import carried_to, step_costs, step_costs_at_rows
 from ..provenance import REPO
 from .kmodel import METHODS, Acceptance, acceptance_length, measured_decode_tps
 from .paper import HUMANEVAL_AL, PAPER_AL, SPEED_BENCH_SPEEDUP
@@ -44,21 +46,29 @@ __all__ = ["fit_geometric", "paper_acceptance", "measured_acceptance", "al_at", 
 
 KS = tuple(range(1, 9))
 PEAGLE_DEPTH = 4  # the shipped P-EAGLE head's layers (and the paper's GPT-OSS 20B drafter's)
-OUR_SWEEP = "docs/results/h200/k_scaling/bench.json"  # the fixed-length K sweep (128 tokens past EOS)
+OUR_SWEEP = "docs/results/h200/k_scaling/2026-12-04-6249d56/bench.json"  # the fixed-length K sweep (128 tokens past EOS)
 ANSWER_SWEEPS = "docs/results/*/answer_length/*/bench.json"  # answers decoded to EOS, the shipped heads
 
 
-def answer_sweep() -> tuple[dict, str]:
+def answer_sweep(continuous: bool = False) -> tuple[dict, str]:
     """(the newest answer-length sweep by its date, its path): real answers to EOS, the paper's protocol.
 
+    Args:
+        continuous: False, the newest whose cells at c > 1 ran as static batches (``config.continuous`` 0, the
+            whole grid); True, the newest that batched them continuously (rows refilled as requests finish).
+
     Raises:
-        ValueError: none is committed.
+        ValueError: none of that kind is committed.
     """
     found = [(json.loads(p.read_text()), p) for p in REPO.glob(ANSWER_SWEEPS)]
+    found = [(d, p) for d, p in found if bool((d.get("config") or {}).get("continuous")) == continuous]
     if not found:
-        raise ValueError(f"no answer-length sweep matches {ANSWER_SWEEPS}")
+        kind = "continuous-batching" if continuous else "static-batch"
+        raise ValueError(f"no {kind} answer-length sweep matches {ANSWER_SWEEPS}")
     doc, path = max(found, key=lambda dp: (dp[0].get("run_info") or {}).get("date", ""))
     return doc, str(path.relative_to(REPO))
+
+
 # the scale lab's JSON: a GPU run (docs/results/<device>/scale/, any folder depth) where one is committed, the
 # newest by its date, else the CPU rehearsal (tiny shapes)
 SCALE_GLOB = "docs/results/*/scale/**/scale.json"
@@ -321,15 +331,29 @@ def drafting_cost_to_match(scale: Mapping, shape: str, concurrency: int, accepta
 
 
 # ------------------------------------------------------------------ the check against our sweep
+def _busy_rows(row: Mapping) -> float:
+    """A bench row's mean busy rows a step: ``row_steps / num_steps`` where it records them, else its c."""
+    steps = row.get("num_steps") or 0
+    return row["row_steps"] / steps if steps and row.get("row_steps") else float(row["concurrency"])
+
+
 def check_against_bench(scale: Mapping, bench: Mapping, shape: str = "smollm2-135m",
                         depth: int = PEAGLE_DEPTH) -> list[dict]:
     """Every temperature-0 EAGLE-3 / P-EAGLE cell of ``bench`` whose c the scale lab measured at ``shape``:
-    predicted decode TPS (acceptance (a) of the cell's workload, the scale lab's step) against measured.
+    predicted decode TPS (acceptance (a) of the cell's workload, the scale lab's step) against measured,
+    both at the rows the cell's steps kept busy.
+
+    The scale lab keeps all c rows busy every step. A static batch of answers to EOS does not: its requests
+    finish at different steps and the batch compacts, so most of its steps run fewer rows (a continuous
+    batch, ``"continuous": true`` in the row, refills them). Each cell is therefore predicted at its mean
+    busy rows (``row_steps / num_steps``; the step interpolated between the scale lab's concurrencies)
+    and its measured decode TPS counts those rows; ``full_rows_error`` is the error of the scale lab's
+    full-c prediction against ``kmodel.measured_decode_tps``, which assumes c busy rows.
 
     Returns:
-        ``[{"workload", "method", "k", "concurrency", "predicted_tps", "measured_tps", "error",
-        "predicted_step_ms", "measured_step_ms", "predicted_al", "measured_al"}]``, error = predicted /
-        measured − 1 = (1 + AL error) / (1 + step error) − 1.
+        ``[{"workload", "method", "k", "concurrency", "rows", "continuous", "predicted_tps", "measured_tps",
+        "error", "full_rows_error", "predicted_step_ms", "measured_step_ms", "predicted_al", "measured_al"}]``,
+        error = predicted / measured − 1 = (1 + AL error) / (1 + step error) − 1.
     """
     measured_c = {r["concurrency"] for r in scale["costs"] if r["shape"] == shape}
     rows = [r for r in bench["rows"] if r["method"] in METHODS and r["temperature"] == 0 and r["k"] >= 1
@@ -337,14 +361,16 @@ def check_against_bench(scale: Mapping, bench: Mapping, shape: str = "smollm2-13
     acc = {w: measured_acceptance(bench, w) for w in sorted({r["workload"] for r in rows})}
     out = []
     for r in sorted(rows, key=lambda r: (r["workload"], r["method"], r["concurrency"], r["k"])):
-        a = acc[r["workload"]][r["method"]]
-        step = step_costs(scale, shape, r["method"], r["k"], r["concurrency"], depth)["step_ms"]
-        pred = 1000.0 * r["concurrency"] * al_at(a, r["k"]) / step
-        meas = measured_decode_tps(r)
-        out.append({"workload": r["workload"], "method": r["method"], "k": r["k"], "concurrency": r["concurrency"],
-                    "predicted_tps": pred, "measured_tps": meas, "error": pred / meas - 1.0,
+        al, c, busy = al_at(acc[r["workload"]][r["method"]], r["k"]), r["concurrency"], _busy_rows(r)
+        step = step_costs_at_rows(scale, shape, r["method"], r["k"], busy, depth)["step_ms"]
+        full = step_costs(scale, shape, r["method"], r["k"], c, depth)["step_ms"]
+        pred, meas = 1000.0 * busy * al / step, 1000.0 * busy * r["acceptance_length"] / r["step_ms"]
+        out.append({"workload": r["workload"], "method": r["method"], "k": r["k"], "concurrency": c,
+                    "rows": busy, "continuous": bool(r.get("continuous")), "predicted_tps": pred,
+                    "measured_tps": meas, "error": pred / meas - 1.0,
+                    "full_rows_error": 1000.0 * c * al / full / measured_decode_tps(r) - 1.0,
                     "predicted_step_ms": step, "measured_step_ms": r["step_ms"],
-                    "predicted_al": al_at(a, r["k"]), "measured_al": r["acceptance_length"]})
+                    "predicted_al": al, "measured_al": r["acceptance_length"]})
     return out
 
 

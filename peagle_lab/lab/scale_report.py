@@ -8,12 +8,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from ..bench.scale_costs import carried_to, expert_bound_moe, preset_of
+from ..hardware import DEVICES
 from . import predict
 from .kmodel import METHODS
 from .paper import SPEED_BENCH_SPEEDUP
 
-__all__ = ["scale_summary", "step_table", "layer_and_moe_text", "check_table", "speedup_text",
-           "distance_report", "baseline_text", "acceptance_vs_shape"]
+__all__ = ["scale_summary", "step_table", "layer_and_moe_text", "check_table", "occupancy_text", "speedup_text",
+           "distance_numbers", "distance_report", "baseline_text", "acceptance_vs_shape"]
 
 NAMES = {"eagle3": "EAGLE-3", "peagle": "P-EAGLE"}
 
@@ -84,10 +86,44 @@ def check_table(cells: Sequence[Mapping], tolerance: float = 0.10) -> str:
     s = predict.check_summary(cells, tolerance)
     verdict = "every cell" if s["all_within"] else f"{s['within']} of {s['cells']} cells"
     lines.append(f"within {tolerance:.0%}: {verdict}; largest error {s['max_abs_error']:.1%}")
+    short = [c for c in cells if c["rows"] < (1 - tolerance) * c["concurrency"]]
+    for conc in sorted({c["concurrency"] for c in short}):
+        at = [c for c in short if c["concurrency"] == conc]
+        lines.append(f"{len(at)} cells at c = {conc} kept {min(c['rows'] for c in at):.1f}-{max(c['rows'] for c in at):.1f} "
+                     f"rows busy on average, each predicted at its rows; with all {conc} busy, as the scale lab runs, "
+                     f"their errors would be {min(c['full_rows_error'] for c in at):+.1%} to "
+                     f"{max(c['full_rows_error'] for c in at):+.1%}")
     if cells:
         step = max(abs(c["predicted_step_ms"] / c["measured_step_ms"] - 1) for c in cells)
         al = max(abs(c["predicted_al"] / c["measured_al"] - 1) for c in cells)
         lines.append(f"its two parts: step time off by {step:.1%} at most, acceptance length by {al:.1%} at most")
+    return "\n".join(lines)
+
+
+def occupancy_text(bench: Mapping, scale: Mapping) -> str:
+    """How full a sweep's batches at c > 1 ran, and how long its contexts were, beside the scale lab's.
+
+    A static batch decodes until its longest answer ends: plain decoding keeps every row stepping
+    (``row_steps`` = c · steps), speculative cells drop finished rows, so their steps run fewer.
+    """
+    info = (bench.get("config") or {}).get("prompts") or {}
+    grid = scale["grid"]
+    lines = [f"the scale lab: every row busy, {grid.get('prompt_tokens', '?')}-token prompts, "
+             f"{grid.get('new_tokens', '?')} new tokens a request"]
+    rows = [r for r in bench["rows"] if r["concurrency"] > 1 and r["temperature"] == 0 and r.get("row_steps")]
+    for wl, c in sorted({(r["workload"], r["concurrency"]) for r in rows}):
+        at = [r for r in rows if (r["workload"], r["concurrency"]) == (wl, c)]
+        spec = [r["row_steps"] / r["num_steps"] for r in at if r["method"] in METHODS]
+        kind = "continuous batching" if any(r.get("continuous") for r in at) else f"static batches of {c}"
+        lines.append(f"{wl}, c = {c}, {kind}: speculative cells keep {min(spec):.1f}-{max(spec):.1f} rows busy on "
+                     f"average" if spec else f"{wl}, c = {c}, {kind}")
+        for r in (r for r in at if r["method"] == "baseline"):
+            answer = r["output_tokens"] / r["num_prompts"]
+            lines.append(f"  plain decoding: {r['num_steps']} steps x {r['row_steps'] / r['num_steps']:.0f} rows = "
+                         f"{r['row_steps']:,} row-steps for {r['output_tokens']:,} tokens "
+                         f"({r['output_tokens'] / r['row_steps']:.0%} of them useful); answers average {answer:.0f} tokens")
+        if wl in info:
+            lines.append(f"  prompts average {info[wl]['mean_tokens']:.0f} tokens (up to {info[wl]['max_tokens']})")
     return "\n".join(lines)
 
 
@@ -107,28 +143,91 @@ def speedup_text(tables: Mapping[str, Sequence[Mapping]]) -> str:
     return "\n".join(lines)
 
 
+def _best(scale, shape, c, acc, depth=predict.PEAGLE_DEPTH) -> dict:
+    return next(r for r in predict.speedup_table(scale, shape, acc, depth) if r["concurrency"] == c)
+
+
 def _ratio(scale, shape, c, acc, depth=predict.PEAGLE_DEPTH) -> float:
-    return next(r["ratio"] for r in predict.speedup_table(scale, shape, acc, depth) if r["concurrency"] == c)
+    return _best(scale, shape, c, acc, depth)["ratio"]
+
+
+def distance_numbers(scale: Mapping, shape: str = "gpt-oss-20b", concurrency: int = 1,
+                     device: str = "B200") -> dict:
+    """The predicted P/E at ``shape`` and c with the paper's SPEED-Bench acceptance, and each lever on it.
+
+    Per variant (``"dense"``: the 4-expert stand-in; ``"routed"``: the real MoE layer in every layer, where
+    measured): ``best`` (speedup_table's row), ``humaneval`` (the ratio with the paper's HumanEval
+    acceptance), ``verify`` ({K: verify ms} at K = 1 and 8), ``drafting`` (the factor on EAGLE-3's drafter
+    time that reaches the paper's figure, or None), ``device_verify`` / ``device_all`` (the ratio with the
+    costs carried to ``device``: the verify pass alone, or every GPU part), ``device_drafting`` (the factor
+    on that projection); ``routed`` also ``expert_bound`` (the ratio with an MoE layer that costs only the
+    experts it reads). Where the scale lab's device is no GPU preset (the CPU rehearsal) ``device`` is None
+    and the device keys are absent.
+    """
+    speed, paper = predict.paper_acceptance("SPEED-Bench"), SPEED_BENCH_SPEEDUP[concurrency]
+    variants = {"dense": shape, "routed": f"{shape}+moe"}
+    variants = {v: s_ for v, s_ in variants.items() if s_ in predict.shapes_of(scale)}
+    carry = preset_of(scale["device"]) is not None  # a CPU rehearsal has no bandwidth to scale by
+    verify_only, every_part = (carried_to(scale, device, drafter=False), carried_to(scale, device)) if carry else (None, None)
+    out = {"shape": shape, "concurrency": concurrency, "paper": paper, "device": device if carry else None,
+           "measured_on": scale["device"]}
+    for v, s_ in variants.items():
+        out[v] = {"best": _best(scale, s_, concurrency, speed),
+                  "humaneval": _ratio(scale, s_, concurrency, predict.paper_acceptance("HumanEval")),
+                  "verify": {k: predict.step_costs(scale, s_, "eagle3", k, concurrency)["verify_ms"] for k in (1, 8)},
+                  "drafting": predict.drafting_cost_to_match(scale, s_, concurrency, speed, paper)}
+        if carry:
+            out[v].update(device_verify=_ratio(verify_only, s_, concurrency, speed),
+                          device_all=_ratio(every_part, s_, concurrency, speed),
+                          device_drafting=predict.drafting_cost_to_match(verify_only, s_, concurrency, speed, paper))
+    if "routed" in out:
+        out["routed"]["expert_bound"] = _ratio(expert_bound_moe(scale), variants["routed"], concurrency, speed)
+    return out
+
+
+def _factor(x: float | None) -> str:
+    return "no factor in [0.05, 50]" if x is None else f"{x:.2f}x"
 
 
 def distance_report(scale: Mapping, shape: str = "gpt-oss-20b", concurrency: int = 1) -> str:
-    """The predicted P/E at the paper's model with the paper's SPEED-Bench acceptance, against its 1.69x, and
-    the three things that move it: the benchmark's acceptance, routed experts, and EAGLE-3's drafting cost."""
-    paper = SPEED_BENCH_SPEEDUP[concurrency]
-    speed = predict.paper_acceptance("SPEED-Bench")
-    base = _ratio(scale, shape, concurrency, speed)
-    lines = [f"{shape} shape, c = {concurrency}, the paper's SPEED-Bench acceptance: predicted P/E {base:.2f}x; "
-             f"the paper measures {paper:.2f}x on a B200 (predicted / measured = {base / paper:.2f})"]
-    he = _ratio(scale, shape, concurrency, predict.paper_acceptance("HumanEval"))
-    lines.append(f"  with its HumanEval acceptance instead: {he:.2f}x")
-    if f"{shape}+moe" in predict.shapes_of(scale):
-        moe = _ratio(scale, f"{shape}+moe", concurrency, speed)
-        lines.append(f"  with routed experts in every layer (K + 1 verify tokens read more experts than one): "
-                     f"{moe:.2f}x")
-    factor = predict.drafting_cost_to_match(scale, shape, concurrency, speed, paper)
-    lines.append("  no factor on EAGLE-3's drafting time in [0.05, 50] reaches the paper's figure" if factor is None
-                 else f"  EAGLE-3's drafter passes would have to cost {factor:.2f}x what they cost in this engine "
-                      f"(relative to the target) for the prediction to reach {paper:.2f}x")
+    """The predicted P/E at the paper's model with the paper's SPEED-Bench acceptance, against its measured
+    speed-up, for the dense stand-in and the routed experts, and what the rest of the distance would take:
+    the verify pass's growth with K, EAGLE-3's drafting cost, and the paper's GPU (:func:`distance_numbers`)."""
+    n = distance_numbers(scale, shape, concurrency)
+    info = scale["shapes"].get(shape, {})
+    names = {"dense": "dense stand-in (the active experts' MLP)",
+             "routed": f"routed experts in every layer ({info.get('experts')}, top-{info.get('top_k')})"}
+    lines = [f"{shape} shape, c = {concurrency}, the paper's SPEED-Bench acceptance; the paper measures "
+             f"{n['paper']:.2f}x on a B200"]
+    for v in ("dense", "routed"):
+        if v in n:
+            b = n[v]["best"]
+            lines.append(f"  {names[v]}: predicted P/E {b['ratio']:.2f}x (P-EAGLE K = {b['peagle_k']}, EAGLE-3 "
+                         f"K = {b['eagle3_k']}; predicted / measured = {b['ratio'] / n['paper']:.2f}); with its "
+                         f"HumanEval acceptance {n[v]['humaneval']:.2f}x")
+    lines.append("what the rest of the distance would take:")
+    for v in ("dense", "routed"):
+        if v in n:
+            lo, hi = n[v]["verify"][1], n[v]["verify"][8]
+            lines.append(f"  {v}: verify of K + 1 tokens {lo:.2f} ms at K = 1, {hi:.2f} ms at K = 8 ({hi / lo:.2f}x): "
+                         f"each draft token past the first adds {round((hi - lo) / 7, 3) or 0.0:.3f} ms to every step")
+    if "routed" in n:
+        lines.append(f"  routed experts costing only the experts they read (the layer's fixed overhead gone, "
+                     f"the growth with K kept): {n['routed']['expert_bound']:.2f}x")
+    for v in ("dense", "routed"):
+        if v in n:
+            lines.append(f"  {v}: EAGLE-3's drafter passes would have to cost {_factor(n[v]['drafting'])} what they "
+                         f"cost in this engine (relative to the target) to reach {n['paper']:.2f}x")
+    if n["device"] is None:
+        lines.append(f"  another GPU: {n['measured_on']} is no GPU preset, so there is no bandwidth to carry its costs by")
+        return "\n".join(lines)
+    ratio = DEVICES[n["device"]].hbm_tb_s / DEVICES[preset_of(n["measured_on"])].hbm_tb_s
+    lines.append(f"  a {n['device']} ({ratio:.2f}x the memory bandwidth; a projection, no {n['device']} ran this):")
+    for v in ("dense", "routed"):
+        if v in n:
+            lines.append(f"    {v}: verify faster by the bandwidth, drafter passes as measured "
+                         f"{n[v]['device_verify']:.2f}x; every GPU part faster {n[v]['device_all']:.2f}x; there, "
+                         f"EAGLE-3's drafting would have to cost {_factor(n[v]['device_drafting'])}")
     return "\n".join(lines)
 
 
