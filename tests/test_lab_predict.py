@@ -330,3 +330,20 @@ def test_distance_numbers_at_the_papers_shape():
     text = scale_report.distance_report(doc)
     for v in ("dense", "routed"):
         assert f"predicted P/E {n[v]['best']['ratio']:.2f}x" in text and f"{n[v]['device_verify']:.2f}x" in text
+
+
+def test_continuous_check_text_picks_up_a_continuous_sweep_once_committed(tmp_path, monkeypatch):
+    from peagle_lab.lab import scale_report
+
+    scale = {"costs": _costs("smollm2-135m", (1, 64)), "grid": {"prompt_tokens": 160, "new_tokens": 24}}
+    monkeypatch.setattr(predict, "REPO", tmp_path)
+    (tmp_path / "docs/results/h100/answer_length/a").mkdir(parents=True)
+    assert "no continuous-batching answer-length sweep" in scale_report.continuous_check_text(scale)
+    doc = _sweep("2026-12-06T07:30", 4)
+    doc["run_info"]["device"] = "NVIDIA H100 80GB HBM3"
+    doc["rows"] = [_row(m, 2, 64, num_steps=10, row_steps=630, continuous=True) for m in ("eagle3", "peagle")]
+    (tmp_path / "docs/results/h100/answer_length/a/bench.json").write_text(json.dumps(doc))
+    text = scale_report.continuous_check_text(scale)
+    assert text.startswith("continuous batching: docs/results/h100/answer_length/a/bench.json")
+    assert "code, c = 64, continuous batching: speculative cells keep 63.0-63.0 rows busy" in text
+    assert "cells at c = 64 kept" not in text  # the rows stayed busy: nothing to say about emptied batches

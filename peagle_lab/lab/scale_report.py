@@ -14,7 +14,7 @@ from . import predict
 from .kmodel import METHODS
 from .paper import SPEED_BENCH_SPEEDUP
 
-__all__ = ["scale_summary", "step_table", "layer_and_moe_text", "check_table", "occupancy_text", "speedup_text",
+__all__ = ["scale_summary", "step_table", "layer_and_moe_text", "check_table", "occupancy_text", "continuous_check_text", "speedup_text",
            "distance_numbers", "distance_report", "baseline_text", "acceptance_vs_shape"]
 
 NAMES = {"eagle3": "EAGLE-3", "peagle": "P-EAGLE"}
@@ -125,6 +125,18 @@ def occupancy_text(bench: Mapping, scale: Mapping) -> str:
         if wl in info:
             lines.append(f"  prompts average {info[wl]['mean_tokens']:.0f} tokens (up to {info[wl]['max_tokens']})")
     return "\n".join(lines)
+
+
+def continuous_check_text(scale: Mapping) -> str:
+    """The check against the newest continuous-batching answer-length sweep (rows refilled as requests end,
+    so every c keeps its rows busy, as the scale lab does), or a line saying none is committed."""
+    try:
+        doc, path = predict.answer_sweep(continuous=True)
+    except ValueError as e:
+        return f"{e}: the check above is against static batches alone"
+    cells = predict.check_against_bench(scale, doc)
+    return "\n".join([f"continuous batching: {path} ({doc['run_info']['device']}, {doc['run_info']['date'][:10]})",
+                      check_table(cells), occupancy_text(doc, scale)])
 
 
 def speedup_text(tables: Mapping[str, Sequence[Mapping]]) -> str:
