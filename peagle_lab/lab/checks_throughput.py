@@ -1,7 +1,7 @@
 """The checks of notebooks 5 and 6: P-EAGLE's speed-up at equal acceptance, and which head weakens with depth.
 
 Each check compares the answer with the worked solution in :mod:`peagle_lab.lab.exercises`
-and the committed measurements (the H200 K sweep, the shipped heads' ``summary.json``), and
+and the committed measurements (the newest answer-length sweep, the shipped heads' ``summary.json``), and
 raises an ``AssertionError`` with a hint or prints one line starting with ``correct:`` (the
 shared machinery is :mod:`peagle_lab.lab.checks_base`). The notebooks call them through
 :mod:`peagle_lab.lab.checks`, which lists every check and wraps each to hand on the worked
@@ -18,18 +18,23 @@ __all__ = ["check_speedup_at_equal_acceptance", "check_weakest_depth"]
 
 
 # ---------------------------------------------------------------- notebook 5
-def _k_sweep_rows():
-    """Pairs of (P-EAGLE, EAGLE-3) rows of the committed H200 K sweep at the same (workload, c, K), as namespaces."""
-    import json
+SWEEP_NAME = "the answer-length sweep"  # where the check's measured rows come from (predict.answer_sweep)
+CHECK_CELL = ("code", 1, 7)  # the (workload, c, K) the correct: line reports (code: HumanEval prompts)
+
+
+def _sweep_rows():
+    """Pairs of (P-EAGLE, EAGLE-3) rows of the newest committed answer-length sweep (``predict.answer_sweep``:
+    answers decoded to EOS) at the same (workload, c, K), as namespaces."""
     from types import SimpleNamespace as Row
 
-    from ..provenance import REPO
+    from .predict import answer_sweep
 
-    path = REPO / "docs" / "results" / "h200" / "k_scaling" / "bench.json"
-    if not path.exists():  # an installed package without the repository's docs: the check's own rows suffice
+    try:
+        doc, _ = answer_sweep()
+    except ValueError:  # an installed package without the repository's docs: the check's own rows suffice
         return []
     rows = {}
-    for r in json.loads(path.read_text())["rows"]:
+    for r in doc["rows"]:
         if r["method"] in ("peagle", "eagle3") and r.get("verify_ms") is not None:
             rows.setdefault((r["workload"], r["concurrency"], r["k"]), {})[r["method"]] = Row(**r)
     return [(cell, pair["peagle"], pair["eagle3"]) for cell, pair in sorted(rows.items()) if len(pair) == 2]
@@ -57,32 +62,33 @@ def check_speedup_at_equal_acceptance(speedup_at_equal_acceptance) -> None:
 
     Any sound verify convention passes (``exercises.speedup_conventions``: the mean of the two
     verify times, each row's own, either row's for both, or the whole step). Tried on rows of
-    its own and on every (workload, c, K) of the committed H200 K sweep.
+    its own and on every (workload, c, K) of the newest committed answer-length sweep.
 
     >>> _ = check_speedup_at_equal_acceptance(exercises.speedup_at_equal_acceptance)  # doctest: +ELLIPSIS
-    correct: at equal acceptance P-EAGLE would reach ...x EAGLE-3's tokens/s at c = 1, K = 7 on chat ...
+    correct: at equal acceptance P-EAGLE would reach ...x EAGLE-3's tokens/s at c = 1, K = 7 on code ...
     """
     from types import SimpleNamespace as Row
 
     cases = [(("own", 1, 4), Row(verify_ms=10.0, prep_ms=0.5, draft_ms=2.0), Row(verify_ms=10.0, prep_ms=0.5, draft_ms=7.5)),
              (("own", 1, 4), Row(verify_ms=2.0, prep_ms=0.0, draft_ms=0.4), Row(verify_ms=2.2, prep_ms=0.1, draft_ms=1.6))]
-    sweep = _k_sweep_rows()
+    sweep = _sweep_rows()
     for cell, p, e in sweep + cases:  # the sweep's rows first: they have acceptance, so every hint can fire
         got = call_answer(speedup_at_equal_acceptance, p, e)
         if isinstance(got, bool) or not isinstance(got, (int, float)):
             raise AssertionError(f"return one number (P-EAGLE's TPS over EAGLE-3's), got {type(got).__name__}")
         ok = exercises.speedup_conventions(p, e).values()
         if not min(ok) * (1 - 1e-6) <= got <= max(ok) * (1 + 1e-6):
-            where = "the check's own rows" if cell[0] == "own" else f"the H200 K sweep, {cell[0]}, c = {cell[1]}, K = {cell[2]}"
+            where = "the check's own rows" if cell[0] == "own" else f"{SWEEP_NAME}, {cell[0]}, c = {cell[1]}, K = {cell[2]}"
             raise AssertionError(f"{where}: yours is {got:.3f}; {_speedup_hint(got, p, e)}")
-    at = next(((p, e) for (w, c, k), p, e in sweep if (w, c, k) == ("chat", 1, 7)), None)
+    at = next(((p, e) for cell, p, e in sweep if cell == CHECK_CELL), None)
     if at is None:
         correct("P-EAGLE's speed-up at equal acceptance is right on the check's rows")
         return
     got = call_answer(speedup_at_equal_acceptance, *at)
-    correct(f"at equal acceptance P-EAGLE would reach {got:.2f}x EAGLE-3's tokens/s at c = 1, K = 7 on chat "
+    w, c, k = CHECK_CELL
+    correct(f"at equal acceptance P-EAGLE would reach {got:.2f}x EAGLE-3's tokens/s at c = {c}, K = {k} on {w} "
              f"(drafting {at[0].draft_ms:.2f} against {at[1].draft_ms:.2f} ms); right on all {len(sweep)} cells "
-             "of the H200 K sweep")
+             f"of {SWEEP_NAME}")
 
 
 # ---------------------------------------------------------------- notebook 6
