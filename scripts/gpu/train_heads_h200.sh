@@ -32,6 +32,11 @@
 # 1076 steps); a run then takes as long as its steps do.
 # TRAIN_EXTRA: more flags for every train run (a recipe experiment, e.g. "--cod-ratio-min 0.3": more deep COD elements).
 # BESIDE: a command (e.g. the GPU suite) run in the background from the end of the data stage on; see there.
+# EVAL_TOGETHER=1: one evaluation process for every run, on the first GPU (the target, its plain-decoding reference and
+# the compiled decode step load once, not once a head: for one GPU and several heads). WORKLOAD_KS: the K values measured
+# on the benchmark workloads (the eval's default 3,7; e.g. 1,2,3,4,5,6,7,8 for AL per K there too). EVAL_WORKLOADS:
+# other workloads than chat,code (SMOKE: none unless given). PACK_HEADS=0: results and logs only, no heads.tgz or
+# compile-cache parts in $OUT (the exported heads stay in $WORK/ship/heads, where h200_wait.sh's FETCH_HEADS finds them).
 # SMOKE=1 DEVICE=cpu runs every stage on the tiny random target in a few minutes (checks this script).
 # Reassemble:  cat heads.tgz.part-* | tar -xzf -
 set -euo pipefail
@@ -63,6 +68,8 @@ else
   ROW_LEN=${ROW_LEN:-2048}; BATCH=${BATCH:-16}; VOCAB=8192; EVAL=(--eval-prompts 96 --eval-max-new-tokens 128
   --concurrency 96); WL=(--workloads chat,code); EVAL_KS=${EVAL_KS:-1,2,3,4,5,6,7,8}; BENCH_STEPS=4
 fi
+[ -z "${EVAL_WORKLOADS:-}" ] || WL=(--workloads "$EVAL_WORKLOADS")
+[ -z "${WORKLOAD_KS:-}" ] || WL+=(--workload-ks "$WORKLOAD_KS")
 LR=${LR:-1e-3}
 case ${TRAIN_STEPS:-1} in ''|*[!0-9]*|0) echo "TRAIN_STEPS='$TRAIN_STEPS' is not a positive integer"; exit 2 ;; esac
 LENGTH=(--time-budget-s "$TRAIN_BUDGET_S"); [ -z "${TRAIN_STEPS:-}" ] || LENGTH=(--steps "$TRAIN_STEPS")
@@ -195,8 +202,16 @@ eval_one() {  # eval_one INDEX GPU
     --run "$WORK/runs/$n" --export "$WORK/ship/heads" --eval-ks "$EVAL_KS" "${EVAL[@]}" "${WL[@]}" \
     --head-dtype bfloat16 > "$WORK/eval-$n.log" 2>&1 || { echo "evaluation of $n failed"; return 1; }
 }
-FAIL=0; waves eval_one || FAIL=1
-for n in "${NAMES[@]}"; do cat "$WORK/eval-$n.log"; done
+eval_together() {  # every run in one process on the first GPU (EVAL_TOGETHER=1)
+  local runs=() n
+  for n in "${NAMES[@]}"; do runs+=("$WORK/runs/$n"); done
+  CUDA_VISIBLE_DEVICES=$(gpu 0) "$PY" -m peagle_lab.train.cli eval "${TGT[@]}" --device "$DEVICE" --data "$WORK/data" \
+    --run "${runs[@]}" --export "$WORK/ship/heads" --eval-ks "$EVAL_KS" "${EVAL[@]}" "${WL[@]}" \
+    --head-dtype bfloat16 > "$WORK/eval-all.log" 2>&1 || { echo "evaluation failed"; return 1; }
+}
+FAIL=0
+if [ "${EVAL_TOGETHER:-0}" = 1 ]; then eval_together || FAIL=1; cat "$WORK/eval-all.log"
+else waves eval_one || FAIL=1; for n in "${NAMES[@]}"; do cat "$WORK/eval-$n.log"; done; fi
 [ "$FAIL" = 0 ] || exit 1
 mark eval $t
 
@@ -210,15 +225,19 @@ for n in "${NAMES[@]}"; do
   done
 done
 for n in "${EVAL_ONLY[@]}"; do EXCLUDE+=(--exclude "./heads/$n/*.safetensors"); done
-cp "$WORK"/bench-*.log "$WORK/ship/" 2>/dev/null || true
+cp "$WORK"/bench-*.log "$WORK"/eval-all.log "$WORK/ship/" 2>/dev/null || true
 echo "{${STAGES%, }}" > "$WORK/ship/stage_seconds.json"
 "$PY" -m peagle_lab.train.report "$WORK/ship" --out "$WORK/ship/results.json"
 cp "$WORK/ship/results.json" "$OUT/"
 [ -f "$WORK/ship/throughput.json" ] && cp "$WORK/ship/throughput.json" "$OUT/"
-tar -C "$WORK/ship" "${EXCLUDE[@]}" -czf - . | split -b 15m -d -a 1 - "$OUT/heads.tgz.part-"
-# The compile caches (gzip already, 12 MB P-EAGLE and ~30 MB EAGLE-3 in the ninth session) travel apart from the
-# heads, so that fetching them is optional: the next session's COMPILE_CACHE_IN (cat compile_cache.tar.part-* | tar -x).
-ls "$COMPILE_CACHES"/*.bin > /dev/null 2>&1 && tar -C "$COMPILE_CACHES" -cf - . | split -b 15m -d -a 1 - "$OUT/compile_cache.tar.part-"
+if [ "${PACK_HEADS:-1}" = 0 ]; then
+  echo "PACK_HEADS=0: the heads stay in $WORK/ship/heads, unpacked, and the compile caches in $COMPILE_CACHES"
+else
+  tar -C "$WORK/ship" "${EXCLUDE[@]}" -czf - . | split -b 15m -d -a 1 - "$OUT/heads.tgz.part-"
+  # The compile caches (gzip already, 12 MB P-EAGLE and ~30 MB EAGLE-3 in the ninth session) travel apart from the
+  # heads, so that fetching them is optional: the next session's COMPILE_CACHE_IN (cat compile_cache.tar.part-* | tar -x).
+  ls "$COMPILE_CACHES"/*.bin > /dev/null 2>&1 && tar -C "$COMPILE_CACHES" -cf - . | split -b 15m -d -a 1 - "$OUT/compile_cache.tar.part-"
+fi
 ls -la "$OUT"
 mark package $t
 # ---------------------------------------------------------------- 6 depth by throughput (DEPTH=1), after the heads are packaged
