@@ -6,11 +6,12 @@ from pathlib import Path
 
 import pytest
 
+from peagle_lab.bench.archive import latest
 from peagle_lab.bench.report import README_BEGIN, README_END, main, markdown_headline, replace_block
 from peagle_lab.bench.schema import BenchResult, BenchRow, read_json
 
 ROOT = Path(__file__).resolve().parents[1]
-K_SWEEP = ROOT / "docs/results/h200/k_scaling/bench.json"
+K_SWEEP = latest("h200", "k_scaling") / "bench.json"
 INDEX = ROOT / "docs/results/README.md"
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from peagle_lab.bench.archive import latest
 from peagle_lab.lab import figures
 from peagle_lab.engine import StepTrace
 from peagle_lab.kernels.fill_draft_hidden import fill_draft_hidden_ref
@@ -107,7 +108,7 @@ def test_acceptance_figure_traces():
 
 
 def test_kernel_benchmark_figure_from_committed_results():
-    results = json.loads((ROOT / "docs/results/h200/kernels.json").read_text())
+    results = json.loads((latest("h200", "kernels") / "kernels.json").read_text())
     fig = figures.kernel_benchmark_figure(results, dtype="bf16", mode="graph")
     ref, fused = fig.data
     rows = [r for r in results["rows"] if r["dtype"] == "bf16"]
@@ -209,7 +210,7 @@ def test_k_scaling_figure_draws_every_k_of_the_committed_sweep():
 
     from peagle_lab.lab.figures import k_scaling_figure
 
-    bench = json.loads((Path(__file__).parents[1] / "docs/results/h200/k_scaling/bench.json").read_text())
+    bench = json.loads((latest("h200", "k_scaling") / "bench.json").read_text())
     fig = k_scaling_figure(bench, "code", (1, 64))
     assert len(fig.data) == 8  # (EAGLE-3, P-EAGLE) × (TPS, drafting time) × two concurrencies
     rows = {(r["method"], r["concurrency"], r["k"]): r for r in bench["rows"] if r["workload"] == "code"}
@@ -227,7 +228,7 @@ def test_k_scaling_figure_of_the_full_sweep_draws_our_plain_line_not_the_referen
 
     from peagle_lab.lab.figures import k_scaling_figure
 
-    bench = json.loads((Path(__file__).parents[1] / "docs/results/h200/bench.json").read_text())
+    bench = json.loads((latest("h200", "sweeps") / "bench.json").read_text())
     fig = k_scaling_figure(bench, "chat", (1, 64))
     ours = {r["concurrency"]: r["tps"] for r in bench["rows"] if r["workload"] == "chat"
             and r["method"] == "baseline" and r.get("source", "peagle_lab") == "peagle_lab"}
@@ -243,7 +244,7 @@ def test_engines_figure_draws_both_engines_of_the_committed_comparison():
 
     from peagle_lab.lab.figures import engines_figure
 
-    doc = json.loads((Path(__file__).parents[1] / "docs/results/h200/vllm_gpu.json").read_text())
+    doc = json.loads((latest("h200", "vllm") / "vllm_gpu.json").read_text())
     fig = engines_figure(doc, "code", (1, 64))
     assert [t.name for t in fig.data] == ["vllm", "peagle_lab"] * 2
     rows = {(r["engine"], r["method"], r["k"], r["concurrency"]): r for r in doc["rows"] if r["workload"] == "code"}

@@ -1,6 +1,6 @@
 """The K model (peagle_lab.lab.kmodel) against the committed K sweep, and its sliders.
 
-The sweep is read from ``docs/results/h200/k_scaling/bench.json`` whatever it holds: a newer
+The sweep is read from the newest ``docs/results/h200/k_scaling/<date>-<commit>/bench.json`` whatever it holds: a newer
 sweep of the same schema (new heads, other K) must pass the same checks.
 """
 from __future__ import annotations
@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from peagle_lab.bench.archive import latest
 from peagle_lab.lab import kmodel
 from peagle_lab.lab.kmodel import Acceptance, MethodModel, StepCosts
 
-SWEEP = Path(__file__).resolve().parents[1] / "docs/results/h200/k_scaling/bench.json"
+SWEEP = latest("h200", "k_scaling") / "bench.json"
 
 # The tolerance, stated: adjacent cells of one sweep differ by up to ~12 % in step time for the same
 # target pass (EAGLE-3 on chat at c=1 verifies in 1.54 ms at K=3-4 and 1.39 ms at K=6-8), so a

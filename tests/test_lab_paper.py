@@ -6,10 +6,11 @@ from pathlib import Path
 
 import pytest
 
+from peagle_lab.bench.archive import latest
 from peagle_lab.lab import paper
 
 ROOT = Path(__file__).resolve().parents[1]
-SWEEP = ROOT / "docs/results/h200/k_scaling/bench.json"
+SWEEP = latest("h200", "k_scaling") / "bench.json"
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,5 @@
-"""scripts/dev/land_sweep.py: the benchmark session's files land in docs/results/h200 only when they fit."""
+"""scripts/dev/land_sweep.py: the benchmark session's files land in new run folders of docs/results/h200 only when
+they fit."""
 from __future__ import annotations
 
 import json
@@ -8,12 +9,15 @@ from pathlib import Path
 
 import pytest
 
+from peagle_lab.bench.archive import latest
 from peagle_lab.lab.paper import README_SWEEP
 from peagle_lab.testing import script_module
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "docs" / "results" / "h200"
+SWEEP, K_SWEEP = latest("h200", "sweeps"), latest("h200", "k_scaling")  # the newest in the tree
 NEW = "f" * 40  # the commit of the pretend session
+NEW_FOLDER = f"2026-12-09-{NEW[:7]}"  # its run folders' name
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +38,7 @@ def _fetched(tmp_path: Path, digests: dict, commit: str = NEW, device: str = "NV
     """What h200_wait.sh brings back from a benchmark session: three FOLDER.tgz, the stage seconds, the log."""
     parts, fetched = tmp_path / "parts", tmp_path / "fetched"
     fetched.mkdir(parents=True)
-    for name, src in (("sweep", RESULTS / "bench.json"), ("k_scaling", RESULTS / "k_scaling" / "bench.json")):
+    for name, src in (("sweep", SWEEP / "bench.json"), ("k_scaling", K_SWEEP / "bench.json")):
         doc = json.loads(src.read_text())
         doc["run_info"].update(commit=commit, device=device, date="2026-12-09T10:00:00+00:00")
         doc["config"]["head_digests"] = digests
@@ -65,14 +69,11 @@ def _pack(folder: Path, fetched: Path) -> None:
 
 
 def _root(tmp_path: Path) -> Path:
-    """A repository's files that landing reads and writes: the results in place, the README, the results index and
-    paper.md."""
+    """A repository's files that landing reads and writes: the newest sweep and K sweep, the README, the results
+    index and paper.md."""
     root = tmp_path / "repo"
-    (root / "docs" / "results" / "h200" / "k_scaling").mkdir(parents=True)
-    for rel in ("bench.json", "bench.csv", "bench.log", "report.html", "gpu_suite.json", "gpu_junit.xml",
-                "gpu_tests.log", "bf16_match_rate.json", "k_scaling/bench.json", "k_scaling/bench.csv",
-                "k_scaling/bench.log"):
-        shutil.copy2(RESULTS / rel, root / "docs" / "results" / "h200" / rel)
+    for folder in (SWEEP, K_SWEEP):
+        shutil.copytree(folder, root / folder.relative_to(REPO))
     for rel in ("README.md", "docs/paper.md", "docs/results/README.md"):
         shutil.copy2(REPO / rel, root / rel)
     sweep = Path(README_SWEEP)  # what the README's table reads: a bench.json or a folder of them
@@ -90,34 +91,36 @@ def _tree(root: Path) -> dict[str, bytes]:
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
-def test_a_session_lands_archiving_the_sweeps_in_place_under_their_own_dates_and_commits(tmp_path, land_sweep,
-                                                                                          shipped_digests):
+def test_a_session_lands_in_new_run_folders_and_the_pages_read_them(tmp_path, land_sweep, shipped_digests):
     fetched, root = _fetched(tmp_path, shipped_digests), _root(tmp_path)
     results = root / "docs" / "results" / "h200"
-    old_sweep, old_k = (results / "bench.json").read_bytes(), (results / "k_scaling" / "bench.json").read_bytes()
+    before = _tree(root / "docs" / "results")
     old = land_sweep.land(fetched, root, notebook=False)
-    assert [c[:7] for c in old] == ["d0f394e", "6249d56"]
-    # the old files, each under the date and commit its own run_info names
-    assert (results / "sweeps" / "2026-12-03-d0f394e" / "bench.json").read_bytes() == old_sweep
-    assert (results / "sweeps" / "2026-12-03-d0f394e" / "gpu_suite.json").is_file()
-    assert (results / "k_scaling" / "2026-12-04-6249d56" / "bench.json").read_bytes() == old_k
-    # the new ones in place, the session's record beside them
-    assert json.loads((results / "bench.json").read_text())["run_info"]["commit"] == NEW
-    assert (results / "k_scaling" / "bench.csv").read_text() == "k_scaling csv\n"
-    assert json.loads((results / "gpu_suite.json").read_text())["commit"] == NEW
-    assert (results / "bf16_match_rate.json").read_text() == "new bf16_match_rate.json\n"
-    assert json.loads((results / "stage_seconds.json").read_text())["suite"] == 450
+    assert [c[:7] for c in old] == [SWEEP.name[-7:], K_SWEEP.name[-7:]]
+    # the folders in place are untouched; the new files in run folders named from their own run_info
+    assert all(_tree(root / "docs" / "results")[rel] == data for rel, data in before.items() if "README" not in rel)
+    sweep, k_sweep = results / "sweeps" / NEW_FOLDER, results / "k_scaling" / NEW_FOLDER
+    assert latest("h200", "sweeps", root / "docs/results") == sweep
+    assert latest("h200", "k_scaling", root / "docs/results") == k_sweep
+    assert json.loads((sweep / "bench.json").read_text())["run_info"]["commit"] == NEW
+    assert (k_sweep / "bench.csv").read_text() == "k_scaling csv\n"
+    assert json.loads((sweep / "gpu_suite.json").read_text())["commit"] == NEW
+    assert (sweep / "bf16_match_rate.json").read_text() == "new bf16_match_rate.json\n"
+    assert json.loads((sweep / "stage_seconds.json").read_text())["suite"] == 450
     # regenerated from them: the HTML report, and paper.md names the new commit and the shipped heads
-    assert (results / "report.html").stat().st_mtime > (results / "sweeps" / "2026-12-03-d0f394e" / "bench.json").stat().st_mtime
+    assert (sweep / "report.html").is_file()
     paper = (root / "docs" / "paper.md").read_text()
     table = _block(paper, "paper-vs-lab")
-    new_date = json.loads((results / "bench.json").read_text())["run_info"]["date"][:10]
+    new_date = json.loads((sweep / "bench.json").read_text())["run_info"]["date"][:10]
     assert new_date in table and "the shipped heads/peagle" in table and "2026-12-04" not in table
+    assert f"docs/results/h200/k_scaling/{NEW_FOLDER}/bench.json" in table
     headline = [_block((r / "docs/results/README.md").read_text(), "headline") for r in (REPO, root)]
     assert headline[0] != headline[1] and "| chat | 1 |" in headline[1]
+    assert f"`h200/sweeps/{NEW_FOLDER}/`" in _block((root / "docs/results/README.md").read_text(), "runs")
     assert (root / "README.md").read_text() == (REPO / "README.md").read_text()  # its JSON did not change
-    # the results index still names the old sweep: listed for the author, not rewritten
-    assert any(line.startswith("docs/results/README.md:") and "6249d56" in line for line in land_sweep.stale_prose(root, old))
+    # the results index's prose still names the old sweep: listed for the author, not rewritten
+    assert any(line.startswith("docs/results/README.md:") and K_SWEEP.name[-7:] in line
+               for line in land_sweep.stale_prose(root, old))
 
 
 @pytest.mark.parametrize("change, expected", [
@@ -150,7 +153,7 @@ def test_missing_or_truncated_parts_are_named(tmp_path, land_sweep, shipped_dige
 
 def test_an_archive_folder_that_exists_stops_the_landing_with_nothing_moved(tmp_path, land_sweep, shipped_digests):
     fetched, root = _fetched(tmp_path, shipped_digests), _root(tmp_path)
-    (root / "docs" / "results" / "h200" / "k_scaling" / "2026-12-04-6249d56").mkdir()
+    (root / "docs" / "results" / "h200" / "k_scaling" / NEW_FOLDER).mkdir()
     before = _tree(root)
     with pytest.raises(land_sweep.LandError, match="exists already"):
         land_sweep.land(fetched, root, notebook=False)
@@ -203,7 +206,7 @@ def _answer_session(tmp_path: Path, digests: dict, device: str = "NVIDIA H100 80
     the scale lab, doctor.json and the session's record; the rows are the committed stop-at-EOS K sweep's."""
     parts, fetched = tmp_path / "parts", tmp_path / "fetched"
     fetched.mkdir(parents=True)
-    src = json.loads((RESULTS / "k_scaling" / "stop_at_eos" / "bench.json").read_text())
+    src = json.loads((RESULTS / "answer_length" / "2026-12-01-09fcc9b" / "bench.json").read_text())
     for w, source, commit in (("code", "code", NEW), ("mt_bench", "chat", mt_commit)):
         doc = json.loads(json.dumps(src))
         doc["run_info"].update(commit=commit, device=device, date="2026-12-06T04:20:00+00:00")
@@ -237,9 +240,8 @@ def test_an_answer_length_session_lands_beside_the_sweeps_with_its_goals(tmp_pat
                                                 "bench.json"}
     merged = json.loads((dest / "bench.json").read_text())  # both workloads' rows in one bench file
     assert {r["workload"] for r in merged["rows"]} == {"code", "mt_bench"} and merged["run_info"]["commit"] == NEW
-    assert json.loads((root / "docs/results/h100" / f"gpu_suite_2026-12-06-{NEW[:7]}" / "gpu_suite.json").read_text())[
-        "passed"] == 92
-    assert (root / "docs/results/h100/scale/scale.json").read_text() == "{}"
+    assert json.loads((root / "docs/results/h100/gpu_suite" / dest.name / "gpu_suite.json").read_text())["passed"] == 92
+    assert (root / "docs/results/h100/scale" / dest.name / "scale.json").read_text() == "{}"
     summary = json.loads((dest / "summary.json").read_text())
     code1 = next(c for c in summary["columns"] if (c["workload"], c["c"]) == ("code", 1))
     assert code1["best"]["peagle"]["k"] == 7 and code1["p_over_e3"] == pytest.approx(1808.8 / 1380.8, abs=1e-3)

@@ -120,7 +120,7 @@ def test_the_notebook_map_lists_every_notebook():
 
 
 def test_the_heads_note_says_when_the_heads_are_not_the_shipped_ones():
-    old = paper.load_sweep(ROOT / "docs/results/h200/k_scaling/stop_at_eos/bench.json")  # before fingerprints
+    old = paper.load_sweep(ROOT / "docs/results/h200/answer_length/2026-12-01-09fcc9b/bench.json")  # before fingerprints
     cell, note = paper.heads_note(old)
     assert "not fingerprinted ¹" in cell and "2026-12-01" in note and "docs/results/history.md" in note
     bench = paper.load_sweep(ROOT / paper.README_SWEEP)

@@ -1,21 +1,112 @@
-"""The results index (docs/results/README.md): its heads table equals the training evaluations it names, every
-folder its K-sweep table lists exists with the commit it says, and the pages it links to exist."""
+"""The results archive and its index (docs/results/README.md): the tables of runs regenerate byte for byte from the
+run folders, every GPU run sits in ``<device>/<topic>/<date>-<commit>/`` with a run_info of that commit, ``latest``
+picks the newest run, the heads table equals the training evaluations it names, and the page's links resolve."""
 from __future__ import annotations
 
 import json
 import re
+import shutil
 from pathlib import Path
 
 import pytest
 
+from peagle_lab.bench import archive
+from peagle_lab.bench.archive import FOLDER, RESULTS, latest, run_folders
+
 ROOT = Path(__file__).resolve().parents[1]
 INDEX = ROOT / "docs/results/README.md"
-RESULTS = ROOT / "docs/results"
 TRAINING = RESULTS / "h200/training"
+# topic folders kept in their own layout (the page says why): not run folders
+OWN_LAYOUT = {"h200/training"}
+# run folders whose JSON names no commit and date (peagle-lab doctor --json writes none): the folder name gives them
+NAME_ONLY = {"h100/doctor/2026-12-06-b6ffca4"}
 # the heads table's rows, in order: (file, head name in that file's "heads")
 HEAD_ROWS = (("results-2026-12-04-session13.json", "eagle3-1l-top1-weight-0.5"), ("results.json", "eagle3-1l"),
              ("results.json", "eagle3-1l-shipped"), ("results.json", "peagle-4l"),
              ("results.json", "peagle-4l-shipped"))
+
+
+def test_the_tables_of_runs_regenerate_byte_for_byte_from_the_run_folders():
+    """Stale? Run `python -m peagle_lab.bench.archive --readme docs/results/README.md` and commit the page."""
+    page = INDEX.read_text()
+    assert archive.render(page) == page
+    assert page.count(archive.BEGIN) == 1 and page.count(archive.END) == 1
+
+
+def _topic_dirs():
+    return [t for d in archive.DEVICES for t in sorted((RESULTS / d).iterdir())
+            if t.relative_to(RESULTS).as_posix() not in OWN_LAYOUT]
+
+
+def test_every_gpu_run_is_a_dated_folder_with_the_run_info_of_its_commit():
+    assert len(_topic_dirs()) >= 20
+    for topic in _topic_dirs():
+        assert topic.is_dir(), f"{topic}: a loose file where a topic folder belongs"
+        for entry in topic.iterdir():
+            if entry.is_file():  # h100/scale/ keeps its owner's copy beside its run folder (see the report)
+                assert entry.relative_to(RESULTS).as_posix().startswith("h100/scale/"), entry
+                continue
+            assert FOLDER.match(entry.name), f"{entry}: not a <YYYY-MM-DD>-<commit> run folder"
+    for run in run_folders():
+        rel = run.path.relative_to(RESULTS).as_posix()
+        assert bool(run.source) == (rel not in NAME_ONLY), f"{rel}: no JSON names its commit and date"
+        assert str(run.run_info["commit"]).startswith(run.commit), (rel, run.run_info["commit"])
+        assert run.topic in archive.TOPICS, f"{rel}: topic {run.topic!r} has no line in archive.TOPICS"
+
+
+def test_the_gpu_device_folders_hold_no_loose_files():
+    for device in archive.DEVICES:
+        assert not [p.name for p in (RESULTS / device).iterdir() if p.is_file()], device
+
+
+def test_latest_is_the_newest_run_by_its_run_info_date_then_name(tmp_path):
+    def run(name: str, date: str) -> None:
+        (tmp_path / "h200/k_scaling" / name).mkdir(parents=True)
+        (tmp_path / "h200/k_scaling" / name / "bench.json").write_text(
+            json.dumps({"run_info": {"commit": name[11:] + "0" * 33, "date": date, "device": "NVIDIA H200"}}))
+
+    run("2026-12-04-6249d56", "2026-12-04T04:25:34+00:00")
+    run("2026-12-01-09fcc9b", "2026-12-01T20:55:57+00:00")
+    assert latest("h200", "k_scaling", tmp_path).name == "2026-12-04-6249d56"
+    run("2026-12-04-0aaaaaa", "2026-12-04T20:00:00+00:00")  # later that day, though its name sorts first
+    assert latest("h200", "k_scaling", tmp_path).name == "2026-12-04-0aaaaaa"
+    run("2026-12-04-fbbbbbb", "2026-12-04T20:00:00+00:00")  # the same second: the name decides
+    assert latest("h200", "k_scaling", tmp_path).name == "2026-12-04-fbbbbbb"
+    (tmp_path / "h200/k_scaling/notes").mkdir()  # not a run folder: ignored
+    assert [r.name for r in run_folders("h200", "k_scaling", tmp_path)][-1] == "2026-12-04-fbbbbbb"
+
+
+def test_latest_in_the_tree_reads_the_folders_the_pages_quote():
+    assert latest("h200", "k_scaling").name >= "2026-12-04-6249d56"
+    assert (latest("h200", "sweeps") / "bench.json").is_file()
+    assert (latest("h200", "gpu_suite") / "gpu_suite.json").is_file()
+
+
+def test_an_unknown_topic_or_device_is_named_with_the_topics_there():
+    with pytest.raises(ValueError, match=r"topic 'k_scailing' on device 'h200'.*topics there: answer_length"):
+        latest("h200", "k_scailing")
+    with pytest.raises(ValueError, match=r"device 'b200'.*topics there: none"):
+        latest("b200", "k_scaling")
+
+
+def test_a_folder_without_run_info_or_dated_name_is_refused(tmp_path):
+    (tmp_path / "h200/soak/2026-12-01-abc1234").mkdir(parents=True)
+    (tmp_path / "h200/soak/2026-12-01-abc1234/soak.log").write_text("log only\n")
+    (run,) = run_folders("h200", "soak", tmp_path)
+    assert (run.source, run.date, run.commit) == ("", "2026-12-01", "abc1234")
+    with pytest.raises(ValueError, match="no JSON with a run_info"):
+        archive.read_run_info(tmp_path / "h200/soak")
+
+
+def test_a_new_run_folder_lands_in_the_index(tmp_path):
+    shutil.copytree(latest("h200", "gpu_suite"), tmp_path / "h200/gpu_suite/2026-12-09-fffffff")
+    suite = tmp_path / "h200/gpu_suite/2026-12-09-fffffff/gpu_suite.json"
+    suite.write_text(json.dumps({**json.loads(suite.read_text()), "commit": "f" * 40, "date": "2026-12-09T10:00:00"}))
+    block = archive.index(tmp_path)
+    assert "| `gpu_suite` |" in block and "| 1 | `2026-12-09-fffffff/` |" in block
+    assert "| `h200/gpu_suite/2026-12-09-fffffff/` | 2026-12-09 10:00 | fffffff |" in block
+    with pytest.raises(ValueError, match="markers"):
+        archive.render("# a page without the markers\n", tmp_path)
 
 
 def _table_after(heading: str) -> list[list[str]]:
@@ -43,17 +134,14 @@ def test_the_heads_table_reads_what_the_evaluations_hold():
         assert ("**ships**" in cells[0]) == (head in ("eagle3-1l-top1-weight-0.5", "peagle-4l"))
 
 
-def test_every_k_sweep_folder_exists_and_ran_at_the_commit_the_table_names():
-    rows = _table_after("## The K sweeps under")
-    assert len(rows) >= 20
-    for folder, commit, *_ in rows:
-        name = "bench.json" if folder.startswith("`bench.json`") else folder.strip("`") + "bench.json"
-        path = RESULTS / "h200/k_scaling" / name
-        if not path.is_file():  # a folder of side-by-side runs: its first bench file
-            path = sorted((RESULTS / "h200/k_scaling" / folder.strip("`")).glob("*/bench.json"))[0]
-        assert json.loads(path.read_text())["run_info"]["commit"].startswith(commit), folder
-
-
-@pytest.mark.parametrize("link", sorted(set(re.findall(r"\]\(([^)#\s]+)", INDEX.read_text()))))
-def test_every_local_link_exists(link):
-    assert re.match(r"[a-z]+:", link) or (INDEX.parent / link).exists(), link
+@pytest.mark.parametrize("page", [INDEX, ROOT / "docs/results/history.md"], ids=lambda p: p.name)
+def test_every_path_the_pages_name_exists(page):
+    """Links, and the `h200/…` / `docs/results/…` paths written in backticks (globs and DATE-COMMIT left out)."""
+    text = page.read_text()
+    for link in set(re.findall(r"\]\(([^)#\s]+)", text)):
+        assert re.match(r"[a-z]+:", link) or (page.parent / link).exists(), link
+    for path in set(re.findall(r"`((?:docs/results/)?(?:h100|h200|cpu)/[^`*\s]+)`", text)):
+        if "DATE" in path:
+            continue
+        rel = path.removeprefix("docs/results/")
+        assert (RESULTS / rel).exists() or (RESULTS / "h200" / rel).exists(), f"{page.name}: {path}"

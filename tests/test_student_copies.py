@@ -80,7 +80,7 @@ def test_relative_paths_are_rebased_to_the_copy(built):
     student = json.loads((out / "student" / "04_fused_kernels.ipynb").read_text())
     src = next("".join(c["source"]) for c in student["cells"] if "kernels.json" in "".join(c["source"]))
     rel = src.split('Path("')[1].split('")')[0]
-    assert (out / "student" / rel).resolve() == (ROOT / "docs" / "results" / "h200" / "kernels.json").resolve()
+    assert (out / "student" / rel).resolve() == (ROOT / "docs/results/h200/kernels/2026-12-03-cdfd42a/kernels.json").resolve()
 
 
 def test_strip_keeps_indentation_and_code_around_the_region():

@@ -21,16 +21,18 @@ from typing import Mapping
 RESULTS = Path(__file__).resolve().parents[2] / "docs" / "results"
 FOLDER = re.compile(r"^(\d{4}-\d{2}-\d{2})-([0-9a-f]{7,40})$")  # <date>-<commit>
 DEVICES = ("h100", "h200")  # device folders laid out in run folders (cpu/ is listed file by file)
+# cpu/ files rewritten in place by a command whose own staleness test checks the pages that quote them
+REGENERATED = ("cpu/kernels_aot.json", "cpu/notebook_times.json")
 # what each topic measures, one line (the runs' commands and settings are in their JSON)
 TOPICS = {
     "answer_length": "answers decoded to their end-of-sequence token, each method at its best K (the README's table)",
-    "compact_rows": "finished rows compacted out of a static batch",
-    "compile_edges": "the sweep's cells with the work around the decoder layers compiled",
+    "compact_rows": "c = 64 cells with finished rows kept to the end of a static batch (`--no-compact-rows`)",
+    "compile_edges": "c = 1 and 64 cells with the work around the decoder layers eager (`--no-compile-edges`)",
     "continuous_batching": "static batches against continuous batching (admission every few steps)",
     "decode_attention": "the split-KV decode-attention kernel against SDPA, the call alone and in engine steps",
-    "doctor": "``peagle-lab doctor --json``: versions, GPUs, engine paths, model and heads",
+    "doctor": "`peagle-lab doctor --json`: versions, GPUs, engine paths, model and heads",
     "first_draft": "the first draft after prefill: eager against graphed, and its share of the prefill",
-    "gpu_suite": "the GPU test suite (``scripts/gpu/gpu_tests.sh``) and the bf16 greedy token-match rate",
+    "gpu_suite": "the GPU test suite (`scripts/gpu/gpu_tests.sh`) and the bf16 greedy token-match rate",
     "k_scaling": "K sweep at a fixed length: plain, EAGLE-3 and P-EAGLE over K at c = 1 and 64, chat and code",
     "k_scaling_c1": "the shipped heads at c = 1, 8 prompts a cell",
     "k_scaling_c64": "the K sweep's c = 64 cells timed again (more prompts or repeats)",
@@ -97,6 +99,22 @@ def provenance(doc: object) -> dict | None:
     return out
 
 
+def folder_name(info: Mapping) -> str:
+    """The run folder's name for a run_info: ``<date>-<commit>``, the day (UTC) and the short commit.
+
+    >>> folder_name({"date": "2026-12-03T17:25:29+00:00", "commit": "d0f394eaa57a0278"})
+    '2026-12-03-d0f394e'
+
+    Raises:
+        ValueError: the run_info lacks its date or commit.
+    """
+    date, commit = str(info.get("date") or "")[:10], str(info.get("commit") or "")[:7]
+    if not (FOLDER.match(f"{date}-{commit}")):
+        raise ValueError(f"run_info date {info.get('date')!r} and commit {info.get('commit')!r} do not make a "
+                         "<YYYY-MM-DD>-<commit> folder name")
+    return f"{date}-{commit}"
+
+
 def _load(path: Path) -> object:
     try:
         return json.loads(path.read_text())
@@ -135,7 +153,8 @@ def read_run_info(folder: Path) -> tuple[dict, str]:
 
 
 def run_folders(device: str | None = None, topic: str | None = None, root: Path = RESULTS) -> list[RunFolder]:
-    """Every run folder under ``root``, by device, topic, then oldest to newest (see ``latest``).
+    """Every run folder under ``root``, by device, topic, then oldest to newest (see ``latest``); an empty
+    ``<date>-<commit>`` folder (git keeps none) is not a run.
 
     Args:
         device: only this device folder (``"h200"``, ``"h100"``); None: every one in ``DEVICES``.
@@ -147,6 +166,8 @@ def run_folders(device: str | None = None, topic: str | None = None, root: Path 
             if topic and topic_dir.name != topic:
                 continue
             for folder in sorted(p for p in topic_dir.iterdir() if p.is_dir() and FOLDER.match(p.name)):
+                if not any(p.is_file() for p in folder.rglob("*")):
+                    continue
                 info, source = read_run_info(folder)
                 date, commit = FOLDER.match(folder.name).groups()
                 runs.append(RunFolder(folder, dev, topic_dir.name, date, commit, source, info))
@@ -194,21 +215,27 @@ def key_figure(folder: Path) -> str:
     return "; ".join(parts) or "—"
 
 
-def _when(info: Mapping) -> str:
-    """``2026-12-03 17:25`` from an ISO timestamp; a bare day stays a day, marked as git's."""
+def _when(info: Mapping, source: str = "-") -> str:
+    """``2026-12-03 17:25`` from an ISO timestamp; a bare day is git's (a ``run_info.json`` beside a run that wrote
+    no JSON), or the folder name's where no file names one (``source`` empty)."""
     date = str(info.get("date") or "")
-    return f"{date[:10]} {date[11:16]}" if "T" in date else f"{date} (git)"
+    return f"{date[:10]} {date[11:16]}" if "T" in date else f"{date} ({'git' if source else 'folder name'})"
 
 
 def _versions(info: Mapping) -> str:
     names = ("torch", "triton", "transformers")
-    versions = [str(info.get(n) or (info.get("versions") or {}).get(n) or "") for n in names]
-    return " / ".join(v.split("+")[0] for v in versions) if any(versions) else "—"
+    versions = [str(info.get(n) or (info.get("versions") or {}).get(n) or "—").split("+")[0] for n in names]
+    return " / ".join(versions) if set(versions) != {"—"} else "—"
+
+
+def _device(info: Mapping) -> str:
+    """The device name without a ``cuda (…)`` wrapper: ``cuda (NVIDIA H200)`` and ``NVIDIA H200`` are one."""
+    return re.sub(r"^cuda \((.*)\)$", r"\1", str(info.get("device") or ""))
 
 
 def _device_table(device: str, runs: list[RunFolder]) -> list[str]:
     newest = {r.topic: r for r in runs}  # runs are sorted oldest to newest within a topic
-    names = sorted({str(r.run_info.get("device") or "") for r in runs} - {""})
+    names = sorted({_device(r.run_info) for r in runs} - {""})
     lines = [f"### `{device}/`: {', '.join(names)}", "",
              "| topic | what it measures | runs | newest |", "| --- | --- | --- | --- |"]
     for topic, run in newest.items():
@@ -218,7 +245,7 @@ def _device_table(device: str, runs: list[RunFolder]) -> list[str]:
               "| --- | --- | --- | --- | --- | --- |"]
     for run in sorted(runs, key=lambda r: (r.topic, r.ran, r.name), reverse=False):
         commit = str(run.run_info.get("commit") or "")[:7]
-        lines.append(f"| `{device}/{run.topic}/{run.name}/` | {_when(run.run_info)} | {commit} | "
+        lines.append(f"| `{device}/{run.topic}/{run.name}/` | {_when(run.run_info, run.source)} | {commit} | "
                      f"{_versions(run.run_info)} | {f'`{run.source}`' if run.source else 'the folder name'} | "
                      f"{key_figure(run.path)} |")
     return lines + [""]
@@ -229,7 +256,7 @@ def _loose_table(device: str, root: Path) -> list[str]:
     lines = ["| file | ran (UTC) | commit | device |", "| --- | --- | --- | --- |"]
     for path in sorted((root / device).rglob("*.json")):
         info = provenance(_load(path))
-        if info is not None:
+        if info is not None and path.relative_to(root).as_posix() not in REGENERATED:
             lines.append(f"| `{path.relative_to(root).as_posix()}` | {_when(info)} | "
                          f"{str(info['commit'])[:7]} | {info.get('device') or '—'} |")
     return lines + [""]
@@ -263,12 +290,13 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m peagle_lab.bench.archive", description=__doc__.splitlines()[0])
     p.add_argument("--readme", type=Path, help="the results index to rewrite (docs/results/README.md)")
     p.add_argument("--latest", nargs=2, metavar=("DEVICE", "TOPIC"), help="print the newest run folder")
+    p.add_argument("--results", type=Path, default=RESULTS, help=f"the archive (default {RESULTS})")
     args = p.parse_args(argv)
     if args.latest:
-        print(latest(*args.latest).relative_to(RESULTS.parents[1]))
+        print(latest(*args.latest, root=args.results).resolve().relative_to(args.results.resolve().parents[1]))
     if args.readme:
         text = args.readme.read_text()
-        new = render(text)
+        new = render(text, args.results)
         if new != text:
             args.readme.write_text(new)
         print(f"{args.readme}: {'rewritten' if new != text else 'up to date'}")

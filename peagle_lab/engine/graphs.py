@@ -59,7 +59,7 @@ def compiled(fn):
     Inductor's ``combo_kernels`` launches independent small kernels of a layer as one (on the
     H200 the q and k rope and the K/V cache writes): a SmolLM2 plain decode step at c = 1 went
     from 1.096 to 1.026 ms with it, a P-EAGLE K = 7 step from 1.346 to 1.278 ms
-    (``docs/results/h200/verify_profile/combo_kernels.json``). The CPU tests compile with it on
+    (``docs/results/h200/verify_profile/2026-12-03-cdfd42a/combo_kernels.json``). The CPU tests compile with it on
     (inductor's C++ backend), and the outputs stay exact. ``COMBO_KERNELS = False`` before the
     first engine turns it off (``scripts/gpu/verify_profile_gpu.py --no-combo-kernels``).
     """

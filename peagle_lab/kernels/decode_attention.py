@@ -34,7 +34,7 @@ on chat prompts 54 µs a layer. The kernel here:
 
 Tried and dropped: merging the splits in the last split program to finish (an atomic count per
 row group, no combine launch) measured slower in a CUDA graph on the H200, 7.5 against 6.9 µs a
-call at c = 1, T = 1 (``docs/results/h200/decode_attention/row_tiles.json``, ``fused=0`` is today's).
+call at c = 1, T = 1 (``docs/results/h200/decode_attention/2026-12-02-d555a23/row_tiles.json``, ``fused=0`` is today's).
 
 A query row that may see no key at all (padding) gets zeros (SDPA would give NaN there; such
 rows are never sampled). ``decode_attention_ref`` is the spec; ``decode_attention`` picks
@@ -340,7 +340,7 @@ def row_tiles_for(c: int, nkv: int, rows: int, device: torch.device | str) -> in
     4.7 µs at c = 1 and T = 6 against T = 5, SmolLM2's 3 query heads a K/V head), so where the GPU has
     programs to spare the rows go out in tiles of 16, each reading the keys again (cheap while c is
     small); where it has none (c·nkv·tiles above one program an SM) they stay one tile. The call in
-    30 graphed layers (``docs/results/h200/decode_attention/row_tiles.json``), one tile against 16-row
+    30 graphed layers (``docs/results/h200/decode_attention/2026-12-02-d555a23/row_tiles.json``), one tile against 16-row
     tiles at c = 1 on a 640-position block: 8.7 against 7.3 µs at T = 6, 8.8 against 7.4 at T = 8,
     11.9 against 7.3 at T = 14 (P-EAGLE's K = 7 drafter rows); 15.5 against 13.2 at T = 8 on 7744
     positions. At c = 8, T = 8 (48 programs) 9.9 against 10.4: about level.
@@ -467,7 +467,7 @@ def multi_query_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mas
       through it, most of all on long prompts.
     * T = 1 while c·nkv ≤ ``programs``: the kernel, whose key splits give a few requests one program an
       SM. The call alone (``scripts/gpu/decode_attention_gpu.py --shapes``, H200,
-      ``docs/results/h200/decode_attention/row_tiles.json``) read 6.9 against SDPA's 10.4 µs at c = 1
+      ``docs/results/h200/decode_attention/2026-12-02-d555a23/row_tiles.json``) read 6.9 against SDPA's 10.4 µs at c = 1
       on a 640-position block, 8.0 against 13.0 at c = 8, 10.5 against 14.6 at c = 16, 13.6 against
       14.4 at c = 32; level on longer blocks (12.7 against 12.5 at c = 1 on 4096, 27.2 against 27.6
       at c = 32 on 2048).

@@ -493,7 +493,7 @@ def k_scaling_figure(bench: Mapping, workload: str = "chat", concurrencies: Sequ
 
     Args:
         bench: a ``bench.json`` document (``peagle-lab bench``) whose rows sweep K (the full sweep's
-            ``docs/results/h200/bench.json`` does at c = 1 and 64); reference rows are left out.
+            ``docs/results/h200/sweeps/2026-12-03-d0f394e/bench.json`` does at c = 1 and 64); reference rows are left out.
         workload: the workload to draw.
         concurrencies: the columns.
     """

@@ -4,7 +4,7 @@
 (the arXiv abstract, the vLLM/AWS blog post, the vLLM pull request). Nothing there is
 estimated: a number that could not be found in a source is not in the table.
 ``comparison`` computes our side of every row from a K sweep's ``bench.json``
-(``docs/results/h200/k_scaling/bench.json``), with the same protocol as the blog: each
+(the newest ``docs/results/h200/k_scaling/<date>-<commit>/bench.json``), with the same protocol as the blog: each
 method at its best K ∈ {3, 5, 7}, throughput as output tokens/s.
 
 ``markdown(bench)`` renders the table; ``docs/paper.md`` carries a copy between the
@@ -24,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..bench.archive import RESULTS, latest
 from ..bench.report import replace_block
 
 __all__ = ["Source", "SOURCES", "Published", "PUBLISHED", "Row", "comparison", "our_setting", "markdown",
@@ -201,8 +202,10 @@ def _head_origin(method: str, cfg: Mapping) -> str:
     return "a copy on the machine that ran it, not fingerprinted" if origin.startswith("/") else origin
 
 
-def our_setting(bench: Mapping, source: str = "docs/results/h200/k_scaling/bench.json") -> str:
-    """One sentence naming our device, versions, model, heads and command (from ``bench``'s provenance)."""
+def our_setting(bench: Mapping, source: str | None = None) -> str:
+    """One sentence naming our device, versions, model, heads and command (from ``bench``'s provenance);
+    ``source`` defaults to the newest K sweep (``k_sweep()``)."""
+    source = source or k_sweep()
     info, cfg = bench.get("run_info") or {}, bench.get("config") or {}
     heads = ", ".join(f"{m} {_head_layers(m)}-layer ({_head_origin(m, cfg)})" for m in ("eagle3", "peagle"))
     return (f"Ours: {cfg.get('model', 'SmolLM2-135M-Instruct')}, heads {heads}, the peagle_lab engine, "
@@ -213,7 +216,12 @@ def our_setting(bench: Mapping, source: str = "docs/results/h200/k_scaling/bench
             f"best K among {{3, 5, 7}} as in the blog; from `{source}`.")
 
 
-def markdown(bench: Mapping, source: str = "docs/results/h200/k_scaling/bench.json") -> str:
+def k_sweep() -> str:
+    """The newest fixed-length K sweep on the H200, relative to the repository (``archive.latest``)."""
+    return (latest("h200", "k_scaling") / "bench.json").relative_to(RESULTS.parents[1]).as_posix()
+
+
+def markdown(bench: Mapping, source: str | None = None) -> str:
     """The table as Markdown, our setting above it and the sources below it."""
     lines = [our_setting(bench, source), "",
              "| metric | paper: setting | paper | source | ours (chat / code) |",
@@ -226,13 +234,13 @@ def markdown(bench: Mapping, source: str = "docs/results/h200/k_scaling/bench.js
     return "\n".join(lines)
 
 
-def update_page(page: str, bench: Mapping) -> str:
-    """``page`` with the text between ``BEGIN`` and ``END`` replaced by ``markdown(bench)``.
+def update_page(page: str, bench: Mapping, source: str | None = None) -> str:
+    """``page`` with the text between ``BEGIN`` and ``END`` replaced by ``markdown(bench, source)``.
 
     Raises:
         ValueError: the page lacks the markers.
     """
-    return replace_block(page, BEGIN, END, markdown(bench))
+    return replace_block(page, BEGIN, END, markdown(bench, source))
 
 
 # ------------------------------------------------------------------ the README's table: the paper beside the lab
@@ -378,8 +386,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(main.__doc__)
         return 2
     page = Path(args[0])
-    bench = Path(args[1]) if len(args) > 1 else page.parent / "results/h200/k_scaling/bench.json"
-    page.write_text(update_page(page.read_text(), json.loads(bench.read_text())))
+    root = page.resolve().parents[1]  # docs/paper.md's repository: its newest K sweep unless one is named
+    bench = Path(args[1]).resolve() if len(args) > 1 else latest("h200", "k_scaling", root / "docs/results") / "bench.json"
+    source = bench.relative_to(root).as_posix() if bench.is_relative_to(root) else None
+    page.write_text(update_page(page.read_text(), json.loads(bench.read_text()), source))
     return 0
 
 

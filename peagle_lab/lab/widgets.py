@@ -227,7 +227,7 @@ class KModelExplorer:
     ```
 
     Args:
-        bench: a parsed K-sweep ``bench.json`` (``docs/results/h200/k_scaling/bench.json``).
+        bench: a parsed K-sweep ``bench.json`` (``docs/results/h200/k_scaling/2026-12-04-6249d56/bench.json``).
         workload / concurrency: where to start.
         max_k: the model's curves run over K = 1..max_k (beyond the sweep's K, to show where a
             peak would lie with other acceptance or costs).

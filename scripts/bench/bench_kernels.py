@@ -11,18 +11,21 @@ at these sizes host-side launch cost dominates it, as in a notebook) and graph r
 Kernel launches are counted from one profiled call (CUDA kernel events of torch.profiler).
 
 Usage (from the repository root, with peagle_lab importable, e.g. ``pip install -e .``):
-    PYTHONPATH=. python scripts/bench/bench_kernels.py [--out docs/results/h200/kernels.json]
+    PYTHONPATH=. python scripts/bench/bench_kernels.py [--out FILE]   # default: a new run folder,
+        docs/results/<device>/kernels/<date>-<commit>/kernels.json (peagle_lab.bench.archive)
 """
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import shlex
 import sys
 from pathlib import Path
 
 import torch
 
+from peagle_lab.bench.archive import RESULTS, folder_name
 from peagle_lab.provenance import run_info
 
 REPO = Path(__file__).resolve().parents[2]
@@ -140,8 +143,9 @@ def _table(rows: list[dict]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=REPO / "docs/results/h200/kernels.json",
-                        help="where to write the JSON results (default: %(default)s)")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="where to write the JSON results (default: a new run folder, "
+                             "docs/results/<device>/kernels/<date>-<commit>/kernels.json)")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         sys.exit(f"bench_kernels.py needs a CUDA GPU, but torch {torch.__version__} sees none "
@@ -165,6 +169,10 @@ def main(argv: list[str] | None = None) -> int:
         rows=rows,
         verify=verify,
     )
+    if args.out is None:  # the device folder as the archive names them (h100, h200, ...), then this run's folder
+        device = re.search(r"\b([ABH]\d{2,3})\b", result["device"].upper())
+        args.out = (RESULTS / (device.group(1).lower() if device else "cuda") / "kernels" / folder_name(result)
+                    / "kernels.json")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"{result['device']}  torch {result['torch']}  triton {result['triton']}  H={H}  T=K+1")

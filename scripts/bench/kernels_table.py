@@ -1,14 +1,17 @@
 """Print the kernel microbenchmark JSON as the Markdown table used in docs/kernels.md.
 
-Usage: python scripts/bench/kernels_table.py [docs/results/h200/kernels.json]
+Usage: python scripts/bench/kernels_table.py [KERNELS_JSON]   # default: the newest docs/results/h200/kernels/ run
 """
 from __future__ import annotations
 
 import json
 import sys
 
+from peagle_lab.bench.archive import latest
 
-def main(path: str = "docs/results/h200/kernels.json") -> None:
+
+def main(path: str | None = None) -> None:
+    path = path or str(latest("h200", "kernels") / "kernels.json")
     d = json.load(open(path))
     print(f"{d['device']}, torch {d['torch']}, triton {d['triton']}, commit {d.get('commit')}, {d['date']}; "
           f"command: `{d['command']}`\n")

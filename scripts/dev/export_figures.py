@@ -16,6 +16,7 @@ from pathlib import Path
 
 import torch
 
+from peagle_lab.bench.archive import latest
 from peagle_lab.lab import figures
 from peagle_lab.lab.layout import layout_toy_batch
 from peagle_lab.verify import verify_greedy
@@ -33,9 +34,9 @@ def concept_figures() -> dict:
     target_choice = torch.tensor([[7, 3, 5, 2, 9, 0], [4, 4, 8, 1, 6, 3]])
     drafts = torch.tensor([[7, 3, 6, 2, 9], [4, 4, 8, 1, 6]])
     logits = torch.nn.functional.one_hot(target_choice, 10).float()
-    results = json.loads((REPO / "docs/results/h200/kernels.json").read_text())
+    results = json.loads((latest("h200", "kernels") / "kernels.json").read_text())
     training = json.loads((REPO / "docs/results/h200/training/results.json").read_text())
-    k_sweep = json.loads((REPO / "docs/results/h200/bench.json").read_text())  # the full sweep: K 1-8 at c = 1 and 64
+    k_sweep = json.loads((latest("h200", "sweeps") / "bench.json").read_text())  # the full sweep: K 1-8 at c = 1 and 64
     return {
         "training_curves_h200": figures.learning_curve_figure(training),
         "acceptance_vs_k_h200": figures.acceptance_vs_k_figure(training),

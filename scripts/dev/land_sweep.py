@@ -1,4 +1,4 @@
-"""Land what ``scripts/gpu/sweep_session_h200.sh`` wrote on the H200 into ``docs/results/h200/``.
+"""Land what ``scripts/gpu/sweep_session_h200.sh`` wrote on the H200 into new run folders of ``docs/results/h200/``.
 
 The benchmark session brings back ``sweep.tgz``, ``k_scaling.tgz`` and ``gpu_suite.tgz`` (through
 ``scripts/gpu/h200_wait.sh``), with ``stage_seconds.json`` and ``sweep_session.log``. Landing them by hand
@@ -8,11 +8,13 @@ before touching the tree if anything does not fit:
 1. check: both bench files pass the schema, all three folders come from one commit, the heads the sweeps
    measured are the shipped ones (by digest), the K sweep has the cells notebook 5 fits its model to, the suite
    passed, and (unless ``--any-device``) it ran on an H200;
-2. archive the sweep in place (``bench.*``, ``report.html``, the suite's files) into ``sweeps/DATE-COMMIT/`` and
-   the K sweep into ``k_scaling/DATE-COMMIT/``, named from their own ``run_info``;
-3. put the new files in place;
-4. regenerate what reads them: the HTML report, the results index's K-scaling table, ``docs/paper.md``'s table,
-   the README's paper-beside-lab table (its JSON is ``lab.paper.README_SWEEP``), and notebook 5 (executed in place, then its PNG copies); ``--no-notebook`` leaves the notebook alone;
+2. name the new run folders from the parts' own ``run_info`` (``peagle_lab.bench.archive``): the sweep with its
+   suite and the session's record in ``sweeps/DATE-COMMIT/``, the K sweep in ``k_scaling/DATE-COMMIT/``; nothing
+   in place moves, since each topic's current result is its newest folder (``archive.latest``);
+3. copy the new files into them;
+4. regenerate what reads them: the HTML report, the results index's K-scaling table and its tables of runs,
+   ``docs/paper.md``'s table, the README's paper-beside-lab table (its JSON is ``lab.paper.README_SWEEP``), and
+   notebook 5 (executed in place, then its PNG copies); ``--no-notebook`` leaves the notebook alone;
 5. run the tests that read the committed sweeps (the K model's fit against the measured peaks, the figures, the
    tables) and notebook 5 under nbval, on the new files; a failure there is a finding about the new sweep, to
    write up or fix, so the script says which failed and exits 1 with everything landed (``--no-checks`` skips it);
@@ -20,8 +22,8 @@ before touching the tree if anything does not fit:
 
 A session of answer-length stages (the session script as it is now: ``answer_length.tgz``, with ``scale_lab.tgz``,
 ``gpu_suite.tgz`` and ``doctor.json`` where they ran) lands beside the sweeps instead, from an H100 or an H200, into
-``docs/results/<device>/answer_length/DATE-COMMIT/`` (the suite into ``gpu_suite_DATE-COMMIT/``, the scale lab into
-``scale_lab/DATE-COMMIT/``) with ``summary.json``, the issue-49 goals (``peagle_lab.bench.answer_length``); it
+``docs/results/<device>/answer_length/DATE-COMMIT/`` (the suite into ``gpu_suite/DATE-COMMIT/``, the scale lab into
+``scale/DATE-COMMIT/``) with ``summary.json``, the issue-49 goals (``peagle_lab.bench.answer_length``); it
 regenerates nothing and prints the commands that would.
 
 Usage (repository root, after the fetch):
@@ -41,6 +43,8 @@ import tarfile
 import tempfile
 import time
 from pathlib import Path
+
+from peagle_lab.bench.archive import folder_name, latest
 
 REPO = Path(__file__).resolve().parents[2]
 PARTS = ("sweep", "k_scaling", "gpu_suite")
@@ -142,31 +146,26 @@ def _check_k_fits(k_sweep: dict) -> None:
                                 "skipped): notebook 5 would fail on it") from e
 
 
-def _archive_name(result: Path) -> str:
-    info = _run_info(_load(result))
-    return f"{info.get('date', '????-??-??')[:10]}-{(info.get('commit') or 'unknown')[:7]}"
-
-
-def archive(results: Path) -> list[tuple[Path, Path]]:
-    """Move the sweep and the K sweep in place into dated folders named after their own run; return the moves."""
-    plan = []
-    for folder, archive_root, names in ((results, results / "sweeps", SWEEP_FILES + SUITE_FILES + SESSION_FILES),
-                                        (results / "k_scaling", results / "k_scaling", K_FILES)):
-        dest = archive_root / _archive_name(folder / "bench.json")
-        if dest.exists():
-            raise LandError(f"{dest} exists already: was this sweep archived before? (nothing was moved)")
-        plan += [(folder / n, dest / n) for n in names if (folder / n).is_file()]
-    for src, dst in plan:
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        shutil.move(src, dst)
-    return plan
+def _folder(results: Path, topic: str, doc: dict) -> Path:
+    """``results/TOPIC/DATE-COMMIT/`` for a part, named from its own run_info."""
+    try:
+        return results / topic / folder_name(_run_info(doc))
+    except ValueError as e:
+        raise LandError(str(e)) from e
 
 
 def place(parts: dict[str, Path], fetched: Path, results: Path) -> list[Path]:
-    """Copy the new files into ``results`` (the sweep's, the suite's, the session's) and ``results/k_scaling``."""
+    """Copy the sweep (with the suite's and the session's files) into ``results/sweeps/DATE-COMMIT/`` and the K sweep
+    into ``results/k_scaling/DATE-COMMIT/``; LandError, with nothing copied, when either folder exists."""
+    plan = [(parts["sweep"], SWEEP_FILES, _folder(results, "sweeps", _load(parts["sweep"] / "bench.json"))),
+            (parts["k_scaling"], K_FILES, _folder(results, "k_scaling", _load(parts["k_scaling"] / "bench.json")))]
+    plan[1:1] = [(parts["gpu_suite"], SUITE_FILES, plan[0][2]), (fetched, SESSION_FILES, plan[0][2])]
+    for dest in {d for _, _, d in plan}:
+        if dest.exists():
+            raise LandError(f"{dest} exists already: was this session landed before? (nothing was copied)")
     placed = []
-    for src_dir, names, dest in ((parts["sweep"], SWEEP_FILES, results), (parts["gpu_suite"], SUITE_FILES, results),
-                                 (fetched, SESSION_FILES, results), (parts["k_scaling"], K_FILES, results / "k_scaling")):
+    for src_dir, names, dest in plan:
+        dest.mkdir(parents=True, exist_ok=True)
         placed += [Path(shutil.copy2(src_dir / n, dest / n)) for n in names if (src_dir / n).is_file()]
     return placed
 
@@ -185,11 +184,12 @@ def _run_with_retry(cmd: list[str], cwd: Path, env: dict, limit_s: float = 300) 
 
 def regenerate(root: Path, notebook: bool = True) -> None:
     """Rebuild every page and figure that reads the two bench files, in ``root``."""
-    py = sys.executable
-    steps = [[py, "-m", "peagle_lab.bench.report", "docs/results/h200/bench.json"],
-             [py, "-m", "peagle_lab.bench.report", "docs/results/h200/k_scaling/bench.json", "--readme",
-              "docs/results/README.md"],
-             [py, "-m", "peagle_lab.lab.paper", "docs/paper.md"],
+    py, results = sys.executable, root / "docs" / "results"
+    sweep, k_sweep = (str(latest("h200", t, results).relative_to(root) / "bench.json") for t in ("sweeps", "k_scaling"))
+    steps = [[py, "-m", "peagle_lab.bench.report", sweep],
+             [py, "-m", "peagle_lab.bench.report", k_sweep, "--readme", "docs/results/README.md"],
+             [py, "-m", "peagle_lab.bench.archive", "--readme", "docs/results/README.md", "--results", "docs/results"],
+             [py, "-m", "peagle_lab.lab.paper", "docs/paper.md", k_sweep],
              [py, "-m", "peagle_lab.lab.paper", "--readme", "README.md"]]
     if notebook:
         steps += [[py, "-m", "jupyter", "nbconvert", "--to", "notebook", "--execute", "--inplace",
@@ -236,19 +236,19 @@ def stale_prose(root: Path, commits: list[str]) -> list[str]:
 
 
 def land(fetched: Path, root: Path, any_device: bool = False, notebook: bool = True) -> list[str]:
-    """Steps 1-4 into ``root``; return the old sweeps' commits (step 6 greps the prose for them)."""
+    """Steps 1-4 into ``root``; return the commits of the sweeps that were newest before (step 6 greps the prose
+    for them)."""
     results = root / "docs" / "results" / "h200"
-    old = [_run_info(_load(results / "bench.json")).get("commit", ""),
-           _run_info(_load(results / "k_scaling" / "bench.json")).get("commit", "")]
+    old = [_run_info(_load(latest("h200", t, results.parent) / "bench.json")).get("commit", "")
+           for t in ("sweeps", "k_scaling")]
     with tempfile.TemporaryDirectory() as work:
         parts = unpack(fetched, Path(work))
         commit = check(parts, any_device)
         if commit in old:
             raise LandError(f"commit {commit[:7]} is in place already (nothing was moved)")
-        moved = archive(results)
         placed = place(parts, fetched, results)
-    print(f"archived {len(moved)} files: {sorted({str(d.parent.relative_to(root)) for _, d in moved})}")
-    print(f"placed {len(placed)} files from commit {commit[:7]}")
+    print(f"placed {len(placed)} files from commit {commit[:7]} in "
+          f"{sorted({str(p.parent.relative_to(root)) for p in placed})}")
     regenerate(root, notebook)
     return old
 
@@ -322,9 +322,7 @@ def land_answer_length(fetched: Path, root: Path, any_device: bool = False) -> P
         for n in SESSION_FILES + ("doctor.json",):
             if (fetched / n).is_file():
                 shutil.copy2(fetched / n, dest / n)
-        scale = results / "scale"  # where peagle_lab.lab.predict reads it; a dated folder inside when one is there
-        for part, target in (("gpu_suite", results / f"gpu_suite_{name}"),
-                             ("scale_lab", scale / name if (scale / "scale.json").exists() else scale)):
+        for part, target in (("gpu_suite", results / "gpu_suite" / name), ("scale_lab", results / "scale" / name)):
             if (src := _optional_part(fetched, Path(work), part)) is not None:
                 shutil.copytree(src, target, dirs_exist_ok=True)
                 print(f"placed {part} in {target.relative_to(root)}")
@@ -334,7 +332,7 @@ def land_answer_length(fetched: Path, root: Path, any_device: bool = False) -> P
     (dest / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     print(f"placed the answer-length session from {device}, commit {commit[:7]}, in {dest.relative_to(root)}")
     print(render(summary))
-    suite = results / f"gpu_suite_{name}" / "gpu_suite.json"
+    suite = results / "gpu_suite" / name / "gpu_suite.json"
     if suite.is_file():
         s = json.loads(suite.read_text())
         print(f"GPU suite: exit {s.get('exit_code')}, {s.get('passed')} passed, {s.get('failures')} failed, "

@@ -2,14 +2,15 @@
 # The full throughput sweep of issue 6 on one H200: baseline vs EAGLE-3 vs P-EAGLE on SmolLM2,
 # K ∈ {3,5,7} at c ∈ {1,2,4,8,16,32,64} plus K ∈ {1,2,4,6,8} at c ∈ {1,64}, workloads chat/code/long,
 # bf16, CUDA graphs, 128 new tokens decoded past EOS (--ignore-eos: the throughput-stress variant, which
-# docs/results/h200/bench.json holds), ≥ 4 prompts per cell, transformers' static-cache generate
+# docs/results/h200/sweeps/ holds), ≥ 4 prompts per cell, transformers' static-cache generate
 # (compiled) at c=1 on chat and code as the outside reference. Flags given to it come last and win
 # (sweep_session_h200.sh runs its answer-length stages through it with --stop-at-eos).
 #
 # Usage (repository root on the GPU machine, no network):
 #   PEAGLE_LAB_CACHE=/path/with/models/SmolLM2-135M-Instruct  bash scripts/gpu/bench_h200.sh [extra bench flags]
-# Writes into ${OUT:-docs/results/h200}: bench.json, bench.csv, bench.log. Build the HTML report where
-# plotly is installed:  python -m peagle_lab.bench.report docs/results/h200/bench.json
+# Writes bench.json, bench.csv, bench.log into ${OUT:-docs/results/h200/sweeps/DATE-COMMIT}, a new run folder
+# (today's UTC date and this tree's commit; peagle_lab.bench.archive). Build the HTML report where plotly is
+# installed:  python -m peagle_lab.bench.report "$(python -m peagle_lab.bench.archive --latest h200 sweeps)/bench.json"
 #
 # Needs, staged beside the code:
 #   - the converted SmolLM2 folder under $PEAGLE_LAB_CACHE/models/SmolLM2-135M-Instruct (`peagle-lab fetch`);
@@ -28,7 +29,7 @@
 # listed in bench.json; the extra K values run last, so they go first.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-out=${OUT:-docs/results/h200}
+out=${OUT:-docs/results/h200/sweeps/$(date -u +%F)-$(git rev-parse --short=7 HEAD 2>/dev/null || echo "${PEAGLE_LAB_COMMIT:0:7}")}
 mkdir -p "$out"
 PY=${PYTHON:-python3}
 export PEAGLE_LAB_OFFLINE=1 TOKENIZERS_PARALLELISM=false

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Run the GPU test suite (pytest -m gpu: CUDA graphs, compiled Triton kernels, bf16 engine)
-# and write a summary JSON (passed/failed, device, versions, commit) to ${1:-docs/results/h200}.
+# and write a summary JSON (passed/failed, device, versions, commit) to ${1:-docs/results/h200/gpu_suite/DATE-COMMIT},
+# a new run folder (today's UTC date and this tree's commit; peagle_lab.bench.archive).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-out=${1:-docs/results/h200}
+out=${1:-docs/results/h200/gpu_suite/$(date -u +%F)-$(git rev-parse --short=7 HEAD 2>/dev/null || echo "${PEAGLE_LAB_COMMIT:0:7}")}
 mkdir -p "$out"
 PY=${PYTHON:-python3}
 export PEAGLE_LAB_RESULTS_DIR=$out

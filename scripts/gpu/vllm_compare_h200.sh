@@ -8,7 +8,8 @@
 #
 # Writes into ${PIPELINE_OUT:-/tmp/pipeline_out}: vllm_gpu.json (rows of both engines, each with
 # engine = vllm | peagle_lab, and the comparison), vllm_compare.log and the last lines of each
-# vLLM engine's log. Commit vllm_gpu.json as docs/results/h200/vllm_gpu.json.
+# vLLM engine's log. Commit vllm_gpu.json in a new run folder,
+# docs/results/h200/vllm/DATE-COMMIT/vllm_gpu.json (its run_info's date and commit; peagle_lab.bench.archive).
 #
 # Planning: vLLM starts an engine in ~40-90 s (torch.compile of the target and the drafter, CUDA
 # graph capture; /tmp/vllm_cache keeps compiled code for the next engine), 7 engines in all; each
