@@ -181,7 +181,7 @@ def expert_bound_moe(doc: dict) -> dict:
     routing as E · (1 − (1 − top_k / E)^T). The ``NAME+moe`` costs follow.
 
     It separates what K + 1 verify tokens must cost (more experts' weights to read) from what this lab's
-    grouped-GEMM layer adds on top (routing, sorting, one launch per step of the diagram).
+    grouped-GEMM layer (:class:`~peagle_lab.bench.scale_moe.MoELayer`) adds on top: routing, sorting, its launches.
     """
     moe = {}
     for name, rows in (doc.get("moe") or {}).items():
