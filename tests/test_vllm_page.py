@@ -1,4 +1,5 @@
-"""docs/vllm.md's H200 tables are copies of docs/results/h200/vllm_gpu.json: this test fails when they drift apart.
+"""docs/vllm.md's H200 tables are copies of the newest docs/results/h200/vllm/<date>-<commit>/vllm_gpu.json:
+this test fails when they drift apart.
 
 The page types the per-cell "ours / vLLM" table and the P-EAGLE / EAGLE-3 ratios inside each engine;
 each figure must round to what the committed comparison holds, so replacing the JSON without the page
@@ -13,9 +14,11 @@ import re
 import statistics
 from pathlib import Path
 
+from peagle_lab.bench.archive import latest
+
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs/vllm.md"
-RESULT = ROOT / "docs/results/h200/vllm_gpu.json"
+RESULT = latest("h200", "vllm") / "vllm_gpu.json"
 COLUMNS = [(w, c) for w in ("chat", "code") for c in (1, 8, 64)]
 METHODS = {"plain": "baseline", "EAGLE-3": "eagle3", "P-EAGLE": "peagle"}
 
