@@ -8,6 +8,7 @@
 | ``schema``    | ``BenchRow`` / ``BenchResult``, ``validate_result``, JSON and CSV     |
 | ``analysis``  | best K, method ratios, pooled acceptance, the goals                   |
 | ``report``    | headline text table and the offline HTML report                       |
+| ``archive``   | the results archive: run folders, ``latest``, the results index       |
 | ``cli``       | ``peagle-lab bench`` (``python -m peagle_lab.bench.cli``)             |
 
 Nothing here imports plotly except ``report.write_report`` (through ``peagle_lab.bench.plots``),
