@@ -34,7 +34,8 @@
 # Knobs (environment): PYTHON, WORK (/tmp/peagle_train, where h200_wait.sh looks), SKIP (stage names: answer_c64,
 # stream, train, suite), ANSWER_FLAGS (more bench flags, last so they win), SHALLOW_K (3), SHALLOW_INIT (the shipped
 # EAGLE-3 head; "none" trains from scratch, give LR then, e.g. 1e-3 as the shipped head's first run), TRAIN_STEPS (900),
-# LR (3e-4), SEED (12), DATA_BUDGET_S (150), SHIPPED_EAGLE3 / SHIPPED_PEAGLE (peagle_lab/heads/eagle3 and peagle).
+# LR (3e-4), SEED (12), DATA_BUDGET_S (150), SHIPPED_EAGLE3 / SHIPPED_PEAGLE (peagle_lab/heads/eagle3 and peagle),
+# EVAL_WORKLOAD_KS (1,2,3,4,5,6,7,8: the K values evaluated on chat and code; 3,7,8 saves about a minute).
 # The shipped EAGLE-3 head was warm-started from earlier runs (5,567 steps in all, its summary.json's "cumulative");
 # warm-starting the shallow head from it matches that recipe's last run, so the comparison isolates the last 900 steps'
 # TTT depth; SHALLOW_INIT=none gives a head with the shallow TTT from its first step but 900 steps of training only.
@@ -110,7 +111,8 @@ if [ -n "${STREAM_CMD:-}" ]; then stage stream stream; else echo "### stage stre
 # ---------------------------------------------------------------- 3 train (and the GPU suite beside it)
 SHIPPED_GIVEN=${SHIPPED_EAGLE3:+1}${SHIPPED_PEAGLE:+1}
 SHIPPED_EAGLE3=${SHIPPED_EAGLE3:-$SNAP/peagle_lab/heads/eagle3} SHIPPED_PEAGLE=${SHIPPED_PEAGLE:-$SNAP/peagle_lab/heads/peagle}
-TRAIN_ENV=(SKIP_BENCH=1 EVAL_TOGETHER=1 PACK_HEADS=0 EVAL_KS=1,2,3,4,5,6,7,8 WORKLOAD_KS=1,2,3,4,5,6,7,8)
+TRAIN_ENV=(SKIP_BENCH=1 EVAL_TOGETHER=1 PACK_HEADS=0 EVAL_KS=1,2,3,4,5,6,7,8
+           WORKLOAD_KS="${EVAL_WORKLOAD_KS:-1,2,3,4,5,6,7,8}")
 if [ "$SMOKE" = 1 ]; then
   TRAIN_ENV+=(SMOKE=1 DEVICE=cpu NGPU=1 EVAL_WORKLOADS=chat,code TRAIN_STEPS="${TRAIN_STEPS:-4}")
   [ -z "${DATA_BUDGET_S:-}" ] || TRAIN_ENV+=(DATA_BUDGET_S="$DATA_BUDGET_S")
