@@ -112,6 +112,10 @@ def _session(tmp_path, **knobs):
     shutil.copy(REPO / "scripts" / "gpu" / "baseline_depth_session.sh", repo / "scripts" / "gpu")
     (repo / "scripts" / "gpu" / "train_heads_h200.sh").write_text(TRAIN_STUB)
     (repo / "scripts" / "gpu" / "gpu_tests.sh").write_text('echo "suite $1" >> "$CALLS"; mkdir -p "$1"\n')
+    weights = not knobs.pop("NO_HEADS", None)  # as in a tree whose heads' weights travel in the bundle
+    for m in ("eagle3", "peagle"):
+        (repo / "peagle_lab" / "heads" / m).mkdir(parents=True)
+        (repo / "peagle_lab" / "heads" / m / ("model.safetensors" if weights else "config.json")).write_bytes(b"")
     fake = tmp_path / "python"
     fake.write_text('#!/bin/bash\necho "$*" >> "$CALLS"\n'
                     '[ -n "$FAIL_MATCH" ] && [[ "$*" == *"$FAIL_MATCH"* ]] && exit 3\nexit 0\n')
@@ -147,6 +151,7 @@ def test_the_session_runs_its_stages_in_order_from_a_snapshot_and_keeps_weights_
     assert (out / "train" / "heads" / "eagle3-1l-k-train-3" / "summary.json").is_file()
     assert (out / "train" / "runs" / "eagle3-1l-k-train-3" / "log.jsonl").is_file()
     assert not list(out.rglob("*.safetensors"))  # no weights come back
+    assert (tmp_path / "snap" / "peagle_lab" / "heads" / "peagle" / "model.safetensors").is_file()
     exp = json.loads((out / "train" / "experiment.json").read_text())
     assert exp["shallow_k_train"] == 3 and exp["shipped_heads"] == ["eagle3-ttt7", "peagle"] and exp["commit"] == "c0ffee"
     assert "not the shipped head's exact tokens" in exp["data"]
@@ -171,7 +176,20 @@ def test_a_failed_or_slow_stage_does_not_stop_the_next_and_the_session_says_so(t
 
 @pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
 @pytest.mark.parametrize("knobs,says", [({"SHALLOW_K": "three"}, "SHALLOW_K='three' is not a positive whole number"),
-                                        ({"SKIP": "doctor"}, "SKIP: unknown stage 'doctor'")])
+                                        ({"SKIP": "doctor"}, "SKIP: unknown stage 'doctor'"),
+                                        ({"NO_HEADS": "1", "VLLM_STAGE_ROOT": "/nonexistent"},
+                                         "no weights in peagle_lab/heads/eagle3")])
 def test_a_bad_knob_stops_the_session_before_any_stage(tmp_path, knobs, says):
     run, out, calls, _ = _session(tmp_path, **knobs)
     assert run.returncode == 2 and says in run.stdout and not calls
+
+
+@pytest.mark.skipif(shutil.which("bash") is None or shutil.which("timeout") is None, reason="needs bash and timeout")
+def test_heads_missing_from_the_tree_come_from_the_staged_copies(tmp_path):
+    staged = tmp_path / "stage"
+    for m in ("eagle3", "peagle"):
+        (staged / "heads" / m).mkdir(parents=True)
+        (staged / "heads" / m / "model-00001-of-00001.safetensors").write_bytes(b"w")
+    run, out, calls, _ = _session(tmp_path, NO_HEADS="1", VLLM_STAGE_ROOT=str(staged), SKIP="stream train suite")
+    assert run.returncode == 0, run.stdout
+    assert (tmp_path / "snap" / "peagle_lab" / "heads" / "eagle3" / "model-00001-of-00001.safetensors").read_bytes() == b"w"

@@ -72,6 +72,17 @@ export PYTHON=$PY PYTHONPATH=$SNAP${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 export TOKENIZERS_PARALLELISM=false TRANSFORMERS_OFFLINE=1
 exec > >(tee -a "$OUT/baseline_depth_session.log") 2>&1
 echo "### baseline_depth_session.sh at $(date -u +%FT%TZ), commit $PEAGLE_LAB_COMMIT, running in $SNAP"
+# The shipped heads' weights travel in the bundle, not the tree: stage_vllm_h200.sh puts them back (and keeps copies in
+# /tmp/heads). Without them the benchmark would quietly draft with random heads, so stop here instead.
+if [ "$SMOKE" != 1 ]; then
+  for m in eagle3 peagle; do
+    ls "peagle_lab/heads/$m/"*.safetensors > /dev/null 2>&1 && continue
+    cp "${VLLM_STAGE_ROOT:-/tmp}/heads/$m/"*.safetensors "peagle_lab/heads/$m/" 2> /dev/null && continue
+    echo "no weights in peagle_lab/heads/$m nor in ${VLLM_STAGE_ROOT:-/tmp}/heads/$m: stage the bundle first" \
+         "(source scripts/gpu/stage_vllm_h200.sh in the call that carries its last part)"
+    exit 2
+  done
+fi
 STAGES="" FAILED=""
 stage() {  # stage NAME COMMAND...: runs unless SKIPped, records its seconds and whether it failed
   local name=$1 t=$SECONDS rc=0
