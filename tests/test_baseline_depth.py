@@ -72,8 +72,8 @@ def test_best_k_is_measured_for_the_shipped_heads_and_estimated_for_the_shallow_
 
 def test_the_report_holds_every_table_and_the_figure_a_line_per_head_and_workload(session, capsys, tmp_path):
     text = bd.report(session)
-    for title in ("## Heads", "## Acceptance by position", "## Acceptance length per K", "## P-EAGLE's lead",
-                  "## Best K by TPS"):
+    for title in ("## Heads", "## Acceptance by position", "## Acceptance at position i once",
+                  "## Acceptance length per K", "## P-EAGLE's lead", "## Best K by TPS"):
         assert title in text
     assert "fresh from the same generator" in text
     fig = bd.acceptance_figure(bd.position_rows(session["results"]))

@@ -30,6 +30,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from ..heads import HEADS_DIR
+from ..train.report import conditional_acceptance
 
 __all__ = ["load_session", "head_labels", "position_rows", "al_rows", "lead_rows", "best_k_rows",
            "acceptance_figure", "report"]
@@ -284,6 +285,11 @@ def report(session: Mapping) -> str:
     lines += ["## Acceptance by position (drafts accepted at position i / drafts)", "",
               *_table(["workload", "head", "K", *(f"p{i}" for i in range(1, width + 1))],
                       [[r["workload"], r["head"], r["k"], *(_fmt(v) for v in r["per_position"])] for r in pos])]
+    lines += ["## Acceptance at position i once position i - 1 was accepted", "",
+              "Where a head trained with a shallow TTT meets its own drafts untrained, this rate drops.", "",
+              *_table(["workload", "head", *(f"p{i}" for i in range(1, width + 1))],
+                      [[r["workload"], r["head"], *(_fmt(v) for v in conditional_acceptance(r["per_position"]))]
+                       for r in pos])]
     als = al_rows(results, labels)
     ks = sorted({k for r in als for k in r["AL"]})
     lines += ["## Acceptance length per K", "",
