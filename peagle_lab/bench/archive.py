@@ -198,7 +198,7 @@ END = "<!-- END runs -->"
 def key_figure(folder: Path) -> str:
     """What the folder's own files say in one phrase: cells measured, tests passed, token-match rate.
 
-    >>> key_figure(latest("h200", "gpu_suite"))
+    >>> key_figure(RESULTS / "h200/gpu_suite/2026-12-04-85d480f")
     'GPU suite 92/92 passed; bf16 greedy match 1.0'
     """
     parts = []
