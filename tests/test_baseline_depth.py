@@ -163,8 +163,9 @@ def test_the_session_runs_its_stages_in_order_from_a_snapshot_and_keeps_weights_
 @pytest.mark.skipif(shutil.which("bash") is None or shutil.which("timeout") is None, reason="needs bash and timeout")
 def test_a_failed_or_slow_stage_does_not_stop_the_next_and_the_session_says_so(tmp_path):
     run, out, calls, train_env = _session(tmp_path, FAIL_MATCH="peagle_lab.bench.cli", STREAM_CMD="sleep 5",
-                                          STREAM_LIMIT_S="1", SHALLOW_INIT="none", SKIP="suite")
+                                          STREAM_LIMIT_S="1", SHALLOW_INIT="none", SKIP="suite", SESSION_BUDGET_S="540")
     assert run.returncode == 1
+    assert 80 <= int(train_env["DATA_BUDGET_S"]) <= 89  # what 540 s leave after ~1 s of stages, 420 s and 30 s
     assert "### done in" in run.stdout and "failed: answer_c64 stream" in run.stdout
     assert train_env["RUNS"] == "eagle3:1::--k-train=3"  # from scratch, in the shipped head's vocabulary
     assert train_env["TRAIN_EXTRA"].endswith("--draft-vocab-size 32768")

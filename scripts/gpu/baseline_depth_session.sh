@@ -7,7 +7,7 @@
 #                 → $OUT/answer_c64/ (bench.json, written after every cell, bench.csv, bench.log)
 #   2 stream      the command in STREAM_CMD (skipped when empty), cut at STREAM_LIMIT_S (120); inside it $OUT is
 #                 $OUT/stream → $OUT/stream/ (stream.log and what it writes)
-#   3 train       scripts/gpu/train_heads_h200.sh: fresh data from the same generator (seed 12, DATA_BUDGET_S 150), one
+#   3 train       scripts/gpu/train_heads_h200.sh: fresh data from the same generator (seed 12, DATA_BUDGET_S), one
 #                 EAGLE-3 head trained with a TTT of SHALLOW_K (3) steps in the shipped head's recipe (warm start from the
 #                 shipped EAGLE-3 head, 900 steps, lr 3e-4, WSD with decay 0.5, top-1 weight 0.5, seed 12, batch 16 x
 #                 2048), then the shallow head, the shipped EAGLE-3 (TTT 7) and the shipped P-EAGLE evaluated on the same
@@ -34,7 +34,9 @@
 # Knobs (environment): PYTHON, WORK (/tmp/peagle_train, where h200_wait.sh looks), SKIP (stage names: answer_c64,
 # stream, train, suite), ANSWER_FLAGS (more bench flags, last so they win), SHALLOW_K (3), SHALLOW_INIT (the shipped
 # EAGLE-3 head; "none" trains from scratch, give LR then, e.g. 1e-3 as the shipped head's first run), TRAIN_STEPS (900),
-# LR (3e-4), SEED (12), DATA_BUDGET_S (150), SHIPPED_EAGLE3 / SHIPPED_PEAGLE (peagle_lab/heads/eagle3 and peagle),
+# LR (3e-4), SEED (12), SHIPPED_EAGLE3 / SHIPPED_PEAGLE (peagle_lab/heads/eagle3 and peagle), DATA_BUDGET_S (unset: what
+# SESSION_BUDGET_S leaves once the stages before it and TRAIN_EVAL_S (420: training and evaluation on an H100, estimated)
+# are taken off, at most 150 and at least 60 seconds),
 # EVAL_WORKLOAD_KS (1,2,3,4,5,6,7,8: the K values evaluated on chat and code; 3,7,8 saves about a minute).
 # The shipped EAGLE-3 head was warm-started from earlier runs (5,567 steps in all, its summary.json's "cumulative");
 # warm-starting the shallow head from it matches that recipe's last run, so the comparison isolates the last 900 steps'
@@ -54,7 +56,7 @@ case $PY in */*) PY=$(cd "$(dirname "$PY")" && pwd)/$(basename "$PY") ;; esac
 SMOKE=${SMOKE:-0}
 WORK=${WORK:-${TMPDIR:-/tmp}/peagle_train}
 SESSION_BUDGET_S=${SESSION_BUDGET_S:-900} SHALLOW_K=${SHALLOW_K:-3}
-for v in SESSION_BUDGET_S SHALLOW_K ANSWER_BUDGET_S ANSWER_LIMIT_S STREAM_LIMIT_S DATA_BUDGET_S TRAIN_STEPS; do
+for v in SESSION_BUDGET_S SHALLOW_K ANSWER_BUDGET_S ANSWER_LIMIT_S STREAM_LIMIT_S DATA_BUDGET_S TRAIN_STEPS TRAIN_EVAL_S; do
   case ${!v:-1} in ''|*[!0-9]*|0) echo "$v='${!v}' is not a positive whole number"; exit 2 ;; esac
 done
 for s in ${SKIP:-}; do
@@ -128,7 +130,7 @@ if [ "$SMOKE" = 1 ]; then
   TRAIN_ENV+=(SMOKE=1 DEVICE=cpu NGPU=1 EVAL_WORKLOADS=chat,code TRAIN_STEPS="${TRAIN_STEPS:-4}")
   [ -z "${DATA_BUDGET_S:-}" ] || TRAIN_ENV+=(DATA_BUDGET_S="$DATA_BUDGET_S")
 else
-  TRAIN_ENV+=(TRAIN_STEPS="${TRAIN_STEPS:-900}" DATA_BUDGET_S="${DATA_BUDGET_S:-150}")
+  TRAIN_ENV+=(TRAIN_STEPS="${TRAIN_STEPS:-900}")
 fi
 standins() {  # SMOKE without SHIPPED_*: tiny heads in the shipped recipe's TTT depth (7), trained by the same script
   [ "$SMOKE" = 1 ] && [ -z "$SHIPPED_GIVEN" ] || return 0
@@ -148,7 +150,7 @@ experiment() {  # what the shallow head is, written before training so that a fa
   "shipped_peagle": "$SHIPPED_PEAGLE",
   "shipped_heads": ["eagle3-ttt7", "peagle"],
   "recipe": "train_heads_h200.sh: RUNS='$RUNS' TRAIN_EXTRA='$TRAIN_EXTRA' LR=$LR SEED=$SEED ${TRAIN_ENV[*]}",
-  "data": "fresh from the same generator as the shipped heads' (train_heads_h200.sh's data stage, seed $SEED), not the shipped head's exact tokens",
+  "data": "fresh from the same generator as the shipped heads' (train_heads_h200.sh's data stage, seed $SEED, a data budget of $DATA_S s), not the shipped head's exact tokens",
   "commit": "$PEAGLE_LAB_COMMIT"
 }
 EOF
@@ -179,6 +181,12 @@ train() {
   # from scratch: the shipped head's vocabulary (a warm start keeps its own)
   [ -n "$init" ] || [ "$SMOKE" = 1 ] || TRAIN_EXTRA="$TRAIN_EXTRA --draft-vocab-size 32768"
   RUNS="eagle3:1:$init:--k-train=$SHALLOW_K" LR=${LR:-3e-4} SEED=${SEED:-12}
+  DATA_S=${DATA_BUDGET_S:-60}  # SMOKE: the training script's own default
+  if [ "$SMOKE" != 1 ]; then  # the data stage gets what the session's budget leaves, so the whole job fits
+    local fit=$((SESSION_BUDGET_S - SECONDS - ${TRAIN_EVAL_S:-420} - 30))
+    DATA_S=${DATA_BUDGET_S:-$((fit > 150 ? 150 : (fit < 60 ? 60 : fit)))}
+    TRAIN_ENV+=(DATA_BUDGET_S="$DATA_S")
+  fi
   experiment "$init"
   rm -rf "$WORK/train_out"
   env "${TRAIN_ENV[@]}" OUT="$WORK/train_out" WORK="$WORK" RUNS="$RUNS" TRAIN_EXTRA="$TRAIN_EXTRA" LR="$LR" SEED="$SEED" \
