@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
@@ -293,7 +294,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--results", type=Path, default=RESULTS, help=f"the archive (default {RESULTS})")
     args = p.parse_args(argv)
     if args.latest:
-        print(latest(*args.latest, root=args.results).resolve().relative_to(args.results.resolve().parents[1]))
+        try:
+            found = latest(*args.latest, root=args.results)
+        except ValueError as e:
+            print(f"archive: {e}", file=sys.stderr)
+            return 2
+        print(found.resolve().relative_to(args.results.resolve().parents[1]))
     if args.readme:
         text = args.readme.read_text()
         new = render(text, args.results)
