@@ -194,3 +194,13 @@ def test_heads_missing_from_the_tree_come_from_the_staged_copies(tmp_path):
     run, out, calls, _ = _session(tmp_path, NO_HEADS="1", VLLM_STAGE_ROOT=str(staged), SKIP="stream train suite")
     assert run.returncode == 0, run.stdout
     assert (tmp_path / "snap" / "peagle_lab" / "heads" / "eagle3" / "model-00001-of-00001.safetensors").read_bytes() == b"w"
+
+
+@pytest.mark.skipif(shutil.which("bash") is None or shutil.which("timeout") is None, reason="needs bash and timeout")
+def test_a_script_rewritten_in_place_under_a_running_session_changes_nothing(tmp_path):
+    script = tmp_path / "repo" / "scripts" / "gpu" / "baseline_depth_session.sh"
+    # the stream stage overwrites the running script in place, longer, as a copy of a newer tree would
+    rewrite = f'{{ printf "#%.0s" $(seq 300); echo; cat "{script}"; }} > "{tmp_path}/new"; cat "{tmp_path}/new" > "{script}"'
+    run, out, calls, _ = _session(tmp_path, STREAM_CMD=rewrite, SKIP="train suite")
+    assert run.returncode == 0 and "syntax error" not in run.stderr, run.stdout + run.stderr
+    assert script.read_text().startswith("#" * 300) and "### done in" in run.stdout

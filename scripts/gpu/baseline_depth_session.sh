@@ -22,14 +22,16 @@
 #
 # Launch on an offline GPU machine (docs/scripts.md, "Running on an offline GPU machine"). Here, once:
 #   bash scripts/gpu/vllm_bundle.sh --no-vllm       # .stage/vllm/p00, p01, ...: the GGUF, the heads, .whl's wheels
+#   bash scripts/gpu/vllm_bundle.sh --aside         # the heads' weights out of the tree that travels (--restore after)
 # There, one call per part, each carrying its part (carry .stage/vllm/pNN), within 30 s of each other:
 #   source scripts/gpu/stage_vllm_h200.sh
-# and in the call that carries the last part:
+# and in the call that carries the last part (480 s of waiting there: the staging takes part of the call's 600 s):
 #   source scripts/gpu/stage_vllm_h200.sh; [ "$BUNDLE_STAGED" = 1 ] || exit 1; setsid nohup bash -c 'OUT=/tmp/pipeline_out
 #   PEAGLE_LAB_COMMIT=SHA bash scripts/gpu/baseline_depth_session.sh; echo $? > /tmp/pipeline.rc' > /tmp/pipeline.log 2>&1 &
-#   bash scripts/gpu/h200_wait.sh 540
+#   sleep 2; bash scripts/gpu/h200_wait.sh 480
 # then `bash scripts/gpu/h200_wait.sh 540` in the next calls until it reports the exit status, and
 # `bash scripts/gpu/h200_wait.sh 0` until it says every output is fetched (answer_c64.tgz, train.tgz, gpu_suite.tgz, ...).
+# STREAM_CMD goes inside the quotes, its $OUT escaped so that it means the stage's folder: STREAM_CMD="python3 ... \$OUT/x".
 #
 # Knobs (environment): PYTHON, WORK (/tmp/peagle_train, where h200_wait.sh looks), SKIP (stage names: answer_c64,
 # stream, train, suite), ANSWER_FLAGS (more bench flags, last so they win), SHALLOW_K (3), SHALLOW_INIT (the shipped
@@ -45,8 +47,8 @@
 #   SMOKE=1 OUT=/tmp/bd_smoke PYTHON=$PWD/.venv/bin/python OMP_NUM_THREADS=1 STREAM_CMD='echo hi > $OUT/hi.txt' \
 #   timeout 1500 bash scripts/gpu/baseline_depth_session.sh
 set -uo pipefail
-# The whole job is one function, read in full before it starts: a later call that copies the tree over this file
-# cannot change what a running job does (the rest runs from the snapshot).
+# The whole job is one function, read in full before it starts, and the line that calls it exits: a later call that
+# copies the tree over this file cannot change what a running job does (the rest runs from the snapshot).
 main() {
 cd "$(dirname "$0")/../.."
 OUT=${OUT:?set OUT to the output folder}
@@ -66,6 +68,7 @@ for s in ${SKIP:-}; do
 done
 export PEAGLE_LAB_COMMIT=${PEAGLE_LAB_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}
 SNAP=${SNAPSHOT:-/tmp/baseline_depth_repo}
+case $SNAP in /|"$PWD"|"$PWD"/*|"$OUT"|"$OUT"/*) echo "SNAPSHOT='$SNAP' must lie outside the tree and \$OUT"; exit 2 ;; esac
 rm -rf "$SNAP" && mkdir -p "$SNAP" \
   && tar -C "$PWD" --exclude=./.stage --exclude=./.git --exclude=./.venv --exclude=__pycache__ -cf - . | tar -C "$SNAP" -xf - \
   || { echo "could not copy the tree to $SNAP"; exit 2; }
@@ -212,4 +215,4 @@ echo "{${STAGES%, }}" > "$OUT/stage_seconds.json"
 echo "### done in ${SECONDS}s: stage seconds {${STAGES%, }}${FAILED:+; failed:$FAILED}"
 [ -z "$FAILED" ]
 }
-main "$@"
+main "$@"; exit  # on one line: bash reads no further in this file once main returns
