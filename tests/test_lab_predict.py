@@ -307,9 +307,13 @@ def test_occupancy_text_reads_the_sweeps_batches():
 
     doc, _ = predict.answer_sweep()
     text = scale_report.occupancy_text(doc, predict.load_scale()[0])
-    base = next(r for r in doc["rows"] if r["method"] == "baseline" and r["concurrency"] == 64)
+    base = next(r for r in doc["rows"] if r["method"] == "baseline" and r["concurrency"] == 64 and r["workload"] == "code")
     assert f"{base['row_steps']:,} row-steps for {base['output_tokens']:,} tokens" in text
     assert ("static batches of 64" in text) == (not doc["config"]["continuous"])
+    scale = predict.load_scale()[0]["grid"]
+    mean = doc["config"]["prompts"]["code"]["mean_tokens"] + base["output_tokens"] / base["num_prompts"] / 2
+    ratio = mean / (scale["prompt_tokens"] + scale["new_tokens"] / 2)
+    assert f"a step's context about {mean:.0f} tokens, {ratio:.1f}x the scale lab's" in text
 
 
 def test_distance_numbers_at_the_papers_shape():

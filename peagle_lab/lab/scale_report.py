@@ -108,8 +108,10 @@ def occupancy_text(bench: Mapping, scale: Mapping) -> str:
     """
     info = (bench.get("config") or {}).get("prompts") or {}
     grid = scale["grid"]
+    ours = grid["prompt_tokens"] + grid["new_tokens"] / 2 if "prompt_tokens" in grid else None
     lines = [f"the scale lab: every row busy, {grid.get('prompt_tokens', '?')}-token prompts, "
-             f"{grid.get('new_tokens', '?')} new tokens a request"]
+             f"{grid.get('new_tokens', '?')} new tokens a request"
+             + (f" (a step's context: {ours:.0f} tokens on average)" if ours else "")]
     rows = [r for r in bench["rows"] if r["concurrency"] > 1 and r["temperature"] == 0 and r.get("row_steps")]
     for wl, c in sorted({(r["workload"], r["concurrency"]) for r in rows}):
         at = [r for r in rows if (r["workload"], r["concurrency"]) == (wl, c)]
@@ -117,13 +119,18 @@ def occupancy_text(bench: Mapping, scale: Mapping) -> str:
         kind = "continuous batching" if any(r.get("continuous") for r in at) else f"static batches of {c}"
         lines.append(f"{wl}, c = {c}, {kind}: speculative cells keep {min(spec):.1f}-{max(spec):.1f} rows busy on "
                      f"average" if spec else f"{wl}, c = {c}, {kind}")
+        counted = [r["output_tokens"] / r["num_prompts"] for r in at if r.get("output_tokens") and r.get("num_prompts")]
+        answer = sum(counted) / len(counted) if counted else None  # greedy: one text whatever the method
         for r in (r for r in at if r["method"] == "baseline"):
             answer = r["output_tokens"] / r["num_prompts"]
             lines.append(f"  plain decoding: {r['num_steps']} steps x {r['row_steps'] / r['num_steps']:.0f} rows = "
                          f"{r['row_steps']:,} row-steps for {r['output_tokens']:,} tokens "
                          f"({r['output_tokens'] / r['row_steps']:.0%} of them useful); answers average {answer:.0f} tokens")
         if wl in info:
-            lines.append(f"  prompts average {info[wl]['mean_tokens']:.0f} tokens (up to {info[wl]['max_tokens']})")
+            mean = info[wl]["mean_tokens"]
+            context = "" if answer is None or not ours else \
+                f"; a step's context about {mean + answer / 2:.0f} tokens, {(mean + answer / 2) / ours:.1f}x the scale lab's"
+            lines.append(f"  prompts average {mean:.0f} tokens (up to {info[wl]['max_tokens']}){context}")
     return "\n".join(lines)
 
 
