@@ -27,6 +27,8 @@ REGENERATED = ("cpu/kernels_aot.json", "cpu/notebook_times.json")
 # what each topic measures, one line (the runs' commands and settings are in their JSON)
 TOPICS = {
     "answer_length": "answers decoded to their end-of-sequence token, each method at its best K (the README's table)",
+    "baseline_depth": "an EAGLE-3 head with a 3-step training-time test beside the shipped heads (acceptance by "
+                      "position); HumanEval answers at c = 64 batched continuously; the stream decoder's two paths",
     "compact_rows": "c = 64 cells with finished rows kept to the end of a static batch (`--no-compact-rows`)",
     "compile_edges": "c = 1 and 64 cells with the work around the decoder layers eager (`--no-compile-edges`)",
     "continuous_batching": "static batches against continuous batching (admission every few steps)",

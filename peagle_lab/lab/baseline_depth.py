@@ -182,7 +182,7 @@ def best_k_rows(session: Mapping, workload: str = "code", concurrency: int | Non
     for m, by_k in cells.items():
         k = max(by_k, key=lambda k: (by_k[k]["tps"], -k))
         rows.append({"method": names.get(m, m), "k": k, "tps": by_k[k]["tps"], "c": c,
-                     "AL": by_k[k]["acceptance_length"], "estimated": False})
+                     "AL": by_k[k]["acceptance_length"], "estimated": False, "ks": sorted(by_k)})
     results = session["results"]
     labels = head_labels(results, shipped=_shipped_names(session))
     heads = results["heads"]
@@ -199,7 +199,7 @@ def best_k_rows(session: Mapping, workload: str = "code", concurrency: int | Non
             k = max(ratio, key=lambda k: (cells["eagle3"][k]["tps"] * ratio[k], -k))
             r = cells["eagle3"][k]
             rows.append({"method": labels[n], "k": k, "tps": r["tps"] * ratio[k], "c": c,
-                         "AL": r["acceptance_length"] * ratio[k], "estimated": True})
+                         "AL": r["acceptance_length"] * ratio[k], "estimated": True, "ks": sorted(ratio)})
     return rows
 
 
@@ -300,10 +300,24 @@ def report(session: Mapping) -> str:
     if best:
         lines += [f"## Best K by TPS: HumanEval answers to EOS, c = {best[0]['c']}, continuous batching", "",
                   *_table(["method", "best K", "tok/s", "AL", "how"],
-                          [[r["method"], r["k"] or "—", _fmt(r["tps"], ".0f"), _fmt(r["AL"]),
-                            "estimated (shipped EAGLE-3's TPS × AL ratio)" if r["estimated"] else "measured"]
+                          [[r["method"], r["k"] or "—", _fmt(r["tps"], ".0f"), _fmt(r["AL"]), _how(r, best)]
                            for r in best])]
     return "\n".join(lines)
+
+
+def _how(row: Mapping, rows: Sequence[Mapping]) -> str:
+    """How a best-K row was found; a method measured at fewer K than the others says which (a stage cut short
+    leaves its best K a lower bound, not a peak).
+
+    >>> _how({"estimated": False, "ks": [1]}, [{"ks": [1, 2, 3]}, {"ks": [1]}])
+    'measured at K 1 only (the others at K 1-3): a lower bound'
+    """
+    how = "estimated (shipped EAGLE-3's TPS × AL ratio)" if row["estimated"] else "measured"
+    widest = max((r.get("ks") or [] for r in rows), key=len)
+    ks = row.get("ks") or []
+    if ks and 0 not in ks and len(ks) < len(widest):
+        how += f" at K {', '.join(map(str, ks))} only (the others at K {widest[0]}-{widest[-1]}): a lower bound"
+    return how
 
 
 def main(argv: list[str] | None = None) -> int:
