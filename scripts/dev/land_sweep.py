@@ -6,7 +6,7 @@ took a dozen steps, each easy to get wrong at the end of a session; this does th
 before touching the tree if anything does not fit:
 
 1. check: both bench files pass the schema, all three folders come from one commit, the heads the sweeps
-   measured are the shipped ones (by digest), the K sweep has the cells notebook 5 fits its model to, the suite
+   measured are the shipped ones (by digest), the K sweep has the cells the K model's tests fit, the suite
    passed, and (unless ``--any-device``) it ran on an H200;
 2. name the new run folders from the parts' own ``run_info`` (``peagle_lab.bench.archive``): the sweep with its
    suite and the session's record in ``sweeps/DATE-COMMIT/``, the K sweep in ``k_scaling/DATE-COMMIT/``; nothing
@@ -131,7 +131,9 @@ def check(parts: dict[str, Path], any_device: bool = False) -> str:
 
 
 def _check_k_fits(k_sweep: dict) -> None:
-    """Notebook 5 fits its K model at c = 1 and 64 on chat and code: each fit needs two K values per method."""
+    """``tests/test_lab_kmodel.py`` fits the K model to the K sweep at c = 1 and 64 on chat and code: each fit needs
+    two K values per method. (Notebook 5 fits its model to the answer-length sweep, ``predict.answer_sweep``; of
+    the K sweep it prints the settings and headline, as the fixed-length throughput-stress variant.)"""
     import statistics
 
     from peagle_lab.lab.kmodel import fit_k_model
