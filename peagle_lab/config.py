@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .models.llama import LlamaConfig
+
 METHODS = ("baseline", "eagle3", "peagle")
 DRAFTER_METHODS = ("eagle3", "peagle")
 MAX_K = 16
@@ -12,6 +14,8 @@ DECODE_ATTENTION = ("auto", "triton", "sdpa")  # SpecConfig.decode_attention: "a
 # SmolLM2's `<empty_output>` (id 16): a special token that never occurs in chat text, so
 # giving it a learned embedding for the mask slots cannot disturb real context tokens.
 DEFAULT_MASK_TOKEN_ID = 16
+# The embedded target's shape (LlamaConfig's defaults are SmolLM2-135M-Instruct's): DrafterConfig's defaults.
+_TARGET = LlamaConfig()
 
 
 def check_choice(name: str, value, allowed) -> None:
@@ -110,24 +114,25 @@ class DrafterConfig:
 
     method: str = "peagle"  # "eagle3" or "peagle"
     num_hidden_layers: int = 1  # drafter decoder layers; the first one takes [embed ⊕ hidden]
-    hidden_size: int = 576  # H, the target's hidden size
-    num_attention_heads: int = 9
-    num_key_value_heads: int = 3
-    head_dim: int = 64
-    intermediate_size: int = 1536
-    rms_norm_eps: float = 1e-5
-    rope_theta: float = 100000.0
-    rope_scaling: dict | None = None
-    max_position_embeddings: int = 8192
-    vocab_size: int = 49152  # the target's vocabulary
-    draft_vocab_size: int = 49152  # lm_head rows; d2t maps them to target ids
-    aux_layer_ids: tuple[int, ...] = (2, 15, 27)  # target taps (hidden_states[k]); fc input is len * H
+    # The attention and MLP shapes, norm and rope: the target's (defaults: SmolLM2-135M's, from LlamaConfig).
+    hidden_size: int = _TARGET.hidden_size  # H, the target's hidden size
+    num_attention_heads: int = _TARGET.num_attention_heads
+    num_key_value_heads: int = _TARGET.num_key_value_heads
+    head_dim: int = _TARGET.head_dim
+    intermediate_size: int = _TARGET.intermediate_size
+    rms_norm_eps: float = _TARGET.rms_norm_eps
+    rope_theta: float = _TARGET.rope_theta
+    rope_scaling: dict | None = _TARGET.rope_scaling
+    max_position_embeddings: int = _TARGET.max_position_embeddings
+    vocab_size: int = _TARGET.vocab_size  # the target's vocabulary
+    draft_vocab_size: int = _TARGET.vocab_size  # lm_head rows; d2t maps them to target ids
+    aux_layer_ids: tuple[int, ...] = _TARGET.taps  # target taps (hidden_states[k]); fc input is len * H
     norm_before_residual: bool = False  # EAGLE-3 first layer: residual taken before hidden_norm
     mask_token_id: int | None = None  # P-EAGLE: the id whose slots get the learned mask embedding
     # Drafting attends to the last sliding_window positions only (None: all). Heads trained on short
     # sequences lose their deep drafts over long prompts; a window keeps attention in the trained range.
     sliding_window: int | None = None
-    target_model_type: str = "llama"
+    target_model_type: str = _TARGET.model_type
     extra: dict = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:

@@ -26,7 +26,11 @@ from torch import nn
 
 @dataclass(frozen=True)
 class LlamaConfig:
-    """Shape and numerics of a Llama-family checkpoint (field names as in HF config.json)."""
+    """Shape and numerics of a Llama-family checkpoint (field names as in HF config.json).
+
+    The defaults are SmolLM2-135M-Instruct's, the embedded target (its HF ``config.json``,
+    HuggingFaceTB/SmolLM2-135M-Instruct); ``DrafterConfig``'s defaults are read from them.
+    """
 
     vocab_size: int = 49152
     hidden_size: int = 576
