@@ -17,6 +17,8 @@ shipped EAGLE-3 and P-EAGLE heads on the same prompts; this module reads that se
 | ``best_k_rows``      | each method's best K by measured TPS at c = 64 (the shallow head: estimated) |
 | ``acceptance_figure``| acceptance by position, one line per head, one panel per workload (plotly)   |
 
+Usage::
+
     python -m peagle_lab.lab.baseline_depth FOLDER [--figure acceptance.html]
 
 FOLDER holds ``train/results.json`` (and optionally ``train/experiment.json`` and ``answer_c64/bench.json``),
