@@ -190,11 +190,10 @@ def test_figure_mime_bundle_outside_jupyter():
 
 def test_training_session_figures_draw_the_committed_results():
     import json
-    from pathlib import Path
 
     from peagle_lab.lab.figures import acceptance_vs_k_figure, learning_curve_figure
 
-    results = json.loads((Path(__file__).parents[1] / "docs/results/h200/training/results.json").read_text())
+    results = json.loads((latest("h200", "training") / "results.json").read_text())
     fig = learning_curve_figure(results)
     heads = results["heads"]
     depths = sum(len(h["curve"][0]["depth_acc"]) for h in heads.values())

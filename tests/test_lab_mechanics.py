@@ -2,17 +2,17 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
+from peagle_lab.bench.archive import latest
 from peagle_lab.lab import mechanics
 from peagle_lab.lab.layout import layout_toy_batch
 from peagle_lab.train import CODConfig, chain_visible, partition, sample_elements
 
-MEMORY = Path(__file__).resolve().parents[1] / "docs/results/h200/training/train_memory.json"
+MEMORY = latest("h200", "train_memory") / "train_memory.json"
 
 
 def _elements(length=20, reply_start=6, depths=4, seed=0):
@@ -72,7 +72,7 @@ def test_training_memory_reproduces_the_blogs_arithmetic():
 def test_the_measured_peak_memory_falls_with_the_largest_segment():
     """Where the H200 measurement is committed, its peak shrinks with S as the computed rows do."""
     if not MEMORY.exists():
-        pytest.skip("docs/results/h200/training/train_memory.json is not committed")
+        pytest.skip(f"{MEMORY} is not committed")
     measured = sorted((r for r in json.loads(MEMORY.read_text())["results"] if not r.get("oom")),
                       key=lambda r: r["segments"])
     peaks = [r["peak_allocated_gib"] for r in measured]

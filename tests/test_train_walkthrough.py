@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import pytest
 
+from peagle_lab.bench.archive import latest
 from peagle_lab.train.cod import CODConfig
 from peagle_lab.lab.train_walkthrough import partition_gradient_check, partition_sizes, shipped_head_acceptance, tiny_setup
 
@@ -42,9 +43,8 @@ def test_tiny_setup_is_seeded_and_split():
 
 def test_shipped_head_acceptance_reads_the_committed_results():
     import json
-    from pathlib import Path
 
-    path = Path(__file__).resolve().parents[1] / "docs/results/h200/training/results.json"
+    path = latest("h200", "training") / "results.json"
     heads = shipped_head_acceptance(json.loads(path.read_text()))
     for name, reports in heads.items():
         assert [r.k for r in reports] == sorted(r.k for r in reports)

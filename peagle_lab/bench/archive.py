@@ -29,6 +29,8 @@ TOPICS = {
     "answer_length": "answers decoded to their end-of-sequence token, each method at its best K (the README's table)",
     "baseline_depth": "an EAGLE-3 head with a 3-step training-time test beside the shipped heads (acceptance by "
                       "position); HumanEval answers at c = 64 batched continuously; the stream decoder's two paths",
+    "cod_cost": "the cost of training every P-EAGLE depth (COD r = 1.0 against 0.7): step time and peak memory, "
+                "random target weights",
     "compact_rows": "c = 64 cells with finished rows kept to the end of a static batch (`--no-compact-rows`)",
     "compile_edges": "c = 1 and 64 cells with the work around the decoder layers eager (`--no-compile-edges`)",
     "continuous_batching": "static batches against continuous batching (admission every few steps)",
@@ -49,6 +51,10 @@ TOPICS = {
     "soak": "many requests through the engine: no leak, no lost request",
     "stream": "bulk plain decoding for data generation (the stream decoder)",
     "sweeps": "the full sweep: K x c x chat / code / long, plain, EAGLE-3, P-EAGLE and transformers",
+    "train_memory": "peak training memory of one long sequence split into S = 8, 4, 2, 1 segments",
+    "training": "training sessions (`scripts/gpu/train_heads_h200.sh`): data card, each head's logs and summary, "
+                "`results.json` (every head's acceptance side by side on the same prompts)",
+    "training_data": "the training data stage alone: the data card and log, no head trained",
     "verify_profile": "profiles of the verify pass: kernels per step, combo kernels, the deferred residual add",
     "vllm": "vLLM and this engine side by side on the same heads and prompts",
     "vllm_runner": "vLLM's runner results per engine and their greedy outputs, compared on a CPU",
@@ -81,7 +87,8 @@ class RunFolder:
 def provenance(doc: object) -> dict | None:
     """The run_info of a parsed result JSON: its ``run_info``, or the same fields at the top level.
 
-    Older tools wrote the fields at the top level; either form names at least a commit and a date.
+    Older tools wrote the fields at the top level; either form names at least a commit and a date. A commit that is
+    not a string (``{"sha": "HEAD", "dirty": true}``) names none.
 
     >>> provenance({"run_info": {"commit": "abc1234", "date": "2026-12-01"}, "rows": []})["commit"]
     'abc1234'
@@ -89,11 +96,13 @@ def provenance(doc: object) -> dict | None:
     '2026-12-01'
     >>> provenance({"rows": []}) is None
     True
+    >>> provenance({"commit": {"sha": "HEAD"}, "created": "2026-11-29"}) is None
+    True
     """
     if not isinstance(doc, dict):
         return None
     info = doc.get("run_info") if isinstance(doc.get("run_info"), dict) else doc
-    if not (info.get("commit") and (info.get("date") or info.get("created"))):
+    if not (isinstance(info.get("commit"), str) and info["commit"] and (info.get("date") or info.get("created"))):
         return None
     out = dict(info) if info is not doc else {k: v for k, v in doc.items() if not isinstance(v, (dict, list))}
     out.setdefault("date", info.get("created"))

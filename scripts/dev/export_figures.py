@@ -35,7 +35,7 @@ def concept_figures() -> dict:
     drafts = torch.tensor([[7, 3, 6, 2, 9], [4, 4, 8, 1, 6]])
     logits = torch.nn.functional.one_hot(target_choice, 10).float()
     results = json.loads((latest("h200", "kernels") / "kernels.json").read_text())
-    training = json.loads((REPO / "docs/results/h200/training/results.json").read_text())
+    training = json.loads((latest("h200", "training") / "results.json").read_text())
     k_sweep = json.loads((latest("h200", "sweeps") / "bench.json").read_text())  # the full sweep: K 1-8 at c = 1 and 64
     return {
         "training_curves_h200": figures.learning_curve_figure(training),
