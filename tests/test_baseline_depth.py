@@ -82,6 +82,52 @@ def test_the_report_holds_every_table_and_the_figure_a_line_per_head_and_workloa
     assert (tmp_path / "f.html").stat().st_size > 1000 and "## Heads" in capsys.readouterr().out
 
 
+def test_depth_gaps_are_the_shallow_heads_conditional_acceptance_minus_the_deep_ones(session):
+    rows = bd.depth_gaps(session["results"])
+    assert [r["workload"] for r in rows] == ["held-out", "chat", "code"] and all(r["ttt"] == 3 for r in rows)
+    code = next(r for r in rows if r["workload"] == "code")
+    heads = session["results"]["heads"]
+    deep = bd.conditional_acceptance(heads["eagle3-ttt7"]["workloads"]["code"]["8"]["per_position"])
+    shallow = bd.conditional_acceptance(heads["eagle3-1l-k-train-3"]["workloads"]["code"]["8"]["per_position"])
+    assert code["gap"] == pytest.approx([s - d for s, d in zip(shallow, deep)])
+    assert code["inside"] == pytest.approx(sum(code["gap"][:3]) / 3)
+    assert code["past"] == pytest.approx(sum(code["gap"][3:]) / 5)
+    held = next(r for r in rows if r["workload"] == "held-out")  # positions no head reached count in neither mean
+    assert held["gap"][4:] == [None] * 4 and held["past"] == pytest.approx(held["gap"][3])
+    one_e3 = {"heads": {n: h for n, h in heads.items() if n != "eagle3-ttt7"}}
+    assert bd.depth_gaps(one_e3) == [] and bd.lead_change(one_e3) == []
+
+
+def test_lead_change_is_the_lead_over_the_shallow_head_minus_the_lead_over_the_deep_one(session):
+    rows = bd.lead_change(session["results"])
+    assert {(r["workload"], r["k"]) for r in rows} == {(w, k) for w in ("held-out", "chat", "code") for k in (3, 7)}
+    leads = {(r["workload"], r["k"], r["eagle3"]): r for r in bd.lead_rows(session["results"])}
+    for r in rows:
+        deep, shallow = (leads[r["workload"], r["k"], f"EAGLE-3, TTT {t}"] for t in (7, 3))
+        assert r["change"] == pytest.approx(shallow["lead"] - deep["lead"]) and r["ratio"] == shallow["ratio"]
+
+
+def test_the_notebook_printouts_say_the_heads_the_gaps_the_lead_and_the_paper(session):
+    heads = bd.heads_text(session).splitlines()
+    assert heads[:2] == ["P-EAGLE (shipped)", "EAGLE-3, TTT 7 (shipped)"]
+    assert heads[2].startswith("EAGLE-3, TTT 3: 4 steps") and heads[2].endswith("warm-started from the shipped EAGLE-3")
+    cond = bd.conditional_text(session)
+    assert cond.count("TTT 3 minus TTT 7") == 3 and cond.count("mean gap at positions 1-3") == 3
+    lead = bd.lead_text(session)
+    assert "K = 3 (inside its TTT depth)" in lead and "K = 7 (past its TTT depth)" in lead
+    assert "the paper's P-EAGLE over its EAGLE-3 (HumanEval): 1.30x" in lead
+    assert "changes P-EAGLE's lead" in lead  # the rehearsal's shallow head does not raise the lead on every workload
+    assert "no P-EAGLE ÷ EAGLE-3 ratio" not in lead  # both methods ran at the same Ks there
+
+
+def test_a_method_measured_at_fewer_k_at_c64_says_no_ratio_follows(session):
+    bench = {**session["bench"], "rows": [r for r in session["bench"]["rows"]
+                                          if r["method"] != "peagle" or int(r["k"]) == 1]}
+    lead = bd.lead_text({**session, "bench": bench})
+    assert "P-EAGLE (shipped) at K 1 only" in lead and "no P-EAGLE ÷ EAGLE-3 ratio at this c" in lead
+    assert "c = 64" not in bd.lead_text({**session, "bench": None})
+
+
 def test_a_folder_without_results_says_what_it_expected(tmp_path):
     with pytest.raises(FileNotFoundError, match="no train/results.json"):
         bd.load_session(tmp_path)

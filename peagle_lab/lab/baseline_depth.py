@@ -16,6 +16,11 @@ shipped EAGLE-3 and P-EAGLE heads on the same prompts; this module reads that se
 | ``lead_rows``        | P-EAGLE's AL minus each EAGLE-3 head's at K = 3 and 7                        |
 | ``best_k_rows``      | each method's best K by measured TPS at c = 64 (the shallow head: estimated) |
 | ``acceptance_figure``| acceptance by position, one line per head, one panel per workload (plotly)   |
+| ``depth_gaps``       | the shallow head's conditional acceptance minus the deep one's, per position |
+| ``lead_change``      | P-EAGLE's lead over the shallow head minus its lead over the deep one        |
+| ``heads_text``       | the session's heads and data, as notebook 8 prints them                      |
+| ``conditional_text`` | conditional acceptance per position and workload, with ``depth_gaps``        |
+| ``lead_text``        | the leads, their change, the paper's lead and the c = 64 benchmark's Ks       |
 
 Usage::
 
@@ -33,9 +38,10 @@ from pathlib import Path
 
 from ..heads import HEADS_DIR
 from ..train.report import conditional_acceptance
+from .paper import HUMANEVAL_AL
 
 __all__ = ["load_session", "head_labels", "position_rows", "al_rows", "lead_rows", "best_k_rows",
-           "acceptance_figure", "report"]
+           "acceptance_figure", "depth_gaps", "lead_change", "heads_text", "conditional_text", "lead_text", "report"]
 
 HELD_OUT = "held-out"  # the evaluation's own prompts (the data's held-out split); other workloads keep their names
 LEAD_KS = (3, 7)
@@ -235,6 +241,131 @@ def acceptance_figure(rows: Sequence[Mapping], *, title: str = "Acceptance by po
     fig.update_yaxes(title_text="accepted / drafts", rangemode="tozero", row=1, col=1)
     fig.update_layout(height=400, title=title)
     return fig
+
+
+def _deep_and_shallow(results: Mapping, labels: Mapping[str, str]) -> tuple[str, str] | None:
+    """The deepest- and the shallowest-trained EAGLE-3 heads' names (``labels`` orders them deepest first)."""
+    e3 = [n for n in labels if results["heads"][n].get("method") == "eagle3"]
+    return (e3[0], e3[-1]) if len(e3) >= 2 else None
+
+
+def _mean(xs: Sequence[float]) -> float | None:
+    return sum(xs) / len(xs) if xs else None
+
+
+def depth_gaps(results: Mapping, labels: Mapping[str, str] | None = None) -> list[dict]:
+    """Per workload: the shallow EAGLE-3 head's conditional acceptance minus the deep one's at each position (K = 8),
+    and the mean gap at the positions its TTT covers (1..k_train, ``inside``) and past them (``past``).
+
+    A head meets its own drafts at depth; past its TTT depth it meets them untrained, so ``past`` < ``inside``.
+    """
+    labels = labels or head_labels(results)
+    pair = _deep_and_shallow(results, labels)
+    if pair is None:
+        return []
+    ttt = (results["heads"][pair[1]].get("config") or {}).get("k_train") or 0
+    cond = {(r["workload"], r["head"]): conditional_acceptance(r["per_position"]) for r in position_rows(results, labels)}
+    rows = []
+    for w in _workloads_order(results):
+        deep, shallow = cond.get((w, labels[pair[0]])), cond.get((w, labels[pair[1]]))
+        if deep and shallow:
+            gap = [None if a is None or b is None else b - a for a, b in zip(deep, shallow)]
+            inside, past = ([g for g in part if g is not None] for part in (gap[:ttt], gap[ttt:]))
+            rows.append({"workload": w, "deep": labels[pair[0]], "shallow": labels[pair[1]], "ttt": ttt,
+                         "gap": gap, "inside": _mean(inside), "past": _mean(past)})
+    return rows
+
+
+def lead_change(results: Mapping, labels: Mapping[str, str] | None = None, ks: Sequence[int] = LEAD_KS) -> list[dict]:
+    """Per (workload, K): P-EAGLE's AL lead over the deep and over the shallow EAGLE-3 head, and ``change``,
+    the second minus the first (> 0: the shallow baseline raises P-EAGLE's lead); ``ratio``: P-EAGLE's AL over
+    the shallow head's."""
+    labels = labels or head_labels(results)
+    pair = _deep_and_shallow(results, labels)
+    if pair is None:
+        return []
+    at = {(r["workload"], r["k"], r["eagle3"]): r for r in lead_rows(results, labels, ks)}
+    rows = []
+    for w, k in dict.fromkeys((w, k) for w, k, _ in at):
+        deep, shallow = at.get((w, k, labels[pair[0]]), {}), at.get((w, k, labels[pair[1]]), {})
+        if deep.get("lead") is not None and shallow.get("lead") is not None:
+            rows.append({"workload": w, "k": k, "deep": deep["lead"], "shallow": shallow["lead"],
+                         "change": shallow["lead"] - deep["lead"], "ratio": shallow["ratio"]})
+    return rows
+
+
+def heads_text(session: Mapping) -> str:
+    """The session's heads (label; for a head it trained: steps, tokens, warm start) and its data."""
+    results, exp = session["results"], session.get("experiment") or {}
+    lines = []
+    for n, label in head_labels(results, shipped=_shipped_names(session)).items():
+        h = results["heads"][n]
+        warm = ", warm-started from the shipped EAGLE-3" if h.get("warm_start") == exp.get("shipped_eagle3") else ""
+        lines.append(label if "(shipped)" in label else
+                     f"{label}: {h.get('steps')} steps on {h.get('tokens', 0) / 1e6:.1f} M tokens{warm}")
+    return "\n".join(lines + ([f"data: {exp['data']}"] if exp.get("data") else []))
+
+
+def conditional_text(session: Mapping) -> str:
+    """Each head's conditional acceptance per position and workload, the shallow head's gap to the deep one."""
+    results = session["results"]
+    labels = head_labels(results, shipped=_shipped_names(session))
+    rows = position_rows(results, labels)
+    lines = ["acceptance at position i once position i - 1 was accepted (K = 8)"]
+    for g in depth_gaps(results, labels):
+        w = g["workload"]
+        lines.append(f"{w:<26} " + " ".join(f"{'p' + str(i):>6}" for i in range(1, len(g["gap"]) + 1)))
+        for r in (r for r in rows if r["workload"] == w):
+            lines.append(f"  {r['head']:<24} " + " ".join(f"{_fmt(v):>6}" for v in conditional_acceptance(r["per_position"])))
+        lines.append(f"  {g['shallow'].split(', ')[-1] + ' minus ' + g['deep'].split(', ')[-1].split(' (')[0]:<24} " + " ".join(f"{_fmt(v, '+.3f'):>6}" for v in g["gap"]))
+        lines.append(f"  mean gap at positions 1-{g['ttt']} {_fmt(g['inside'], '+.3f')}, "
+                     f"past position {g['ttt']} {_fmt(g['past'], '+.3f')}")
+    return "\n".join(lines)
+
+
+def lead_text(session: Mapping, k: int = max(LEAD_KS)) -> str:
+    """P-EAGLE's lead over each EAGLE-3 head, how much the shallow head changes it, the widest ratio at ``k`` beside
+    the paper's (HumanEval), and what the c = 64 answer benchmark measured of each method."""
+    results = session["results"]
+    labels = head_labels(results, shipped=_shipped_names(session))
+    change = lead_change(results, labels)
+    if not change:
+        return "no pair of EAGLE-3 heads of two TTT depths in this session"
+    deep, shallow = (labels[n] for n in _deep_and_shallow(results, labels))
+    lines = ["P-EAGLE's AL lead (its AL minus each EAGLE-3 head's); the last column: the second lead minus the first",
+             f"{'workload':<10}{'K':>3}  {'over ' + deep:>32}  {'over ' + shallow:>22}  {'change':>7}"]
+    lines += [f"{r['workload']:<10}{r['k']:>3}  {r['deep']:>+32.3f}  {r['shallow']:>+22.3f}  {r['change']:>+7.3f}"
+              for r in change]
+    ttt = (results["heads"][_deep_and_shallow(results, labels)[1]].get("config") or {}).get("k_train") or 0
+    for kk in dict.fromkeys(r["k"] for r in change):
+        at = [r for r in change if r["k"] == kk]
+        verb = "raises P-EAGLE's lead" if all(r["change"] > 0 for r in at) else "changes P-EAGLE's lead"
+        lines.append(f"K = {kk} ({'inside' if kk <= ttt else 'past'} its TTT depth): the {shallow} head {verb} by "
+                     + ", ".join(f"{r['change']:+.3f} ({r['workload']})" for r in at))
+    widest = max((r for r in change if r["k"] == k and r["ratio"]), key=lambda r: r["ratio"], default=None)
+    if widest:
+        paper = HUMANEVAL_AL[("peagle", k)] / HUMANEVAL_AL[("eagle3", k)]
+        lines.append(f"P-EAGLE's AL over the {shallow} head's at K = {k}, widest on {widest['workload']}: "
+                     f"{widest['ratio']:.2f}x; the paper's P-EAGLE over its EAGLE-3 (HumanEval): {paper:.2f}x")
+        al = {(r["eagle3"], r["k"]): r["eagle3_AL"] for r in lead_rows(results, labels) if r["workload"] == widest["workload"]}
+        lines.append(f"EAGLE-3's AL gain from K = 3 to {k} on {widest['workload']}: " + ", ".join(
+            f"{e} {al[e, k] - al[e, 3]:+.3f}" for e in (deep, shallow) if al.get((e, k)) and al.get((e, 3)))
+            + f"; the paper's EAGLE-3 (HumanEval) {HUMANEVAL_AL[('eagle3', k)] - HUMANEVAL_AL[('eagle3', 3)]:+.3f}")
+    return "\n".join(lines + _c64_lines(session))
+
+
+def _c64_lines(session: Mapping) -> list[str]:
+    """The c = 64 answer benchmark's Ks per measured method, and whether a P-EAGLE ÷ EAGLE-3 ratio follows."""
+    best = [r for r in best_k_rows(session) if not r["estimated"] and r["k"]]  # the speculative methods measured
+    if not best:
+        return []
+    ks = {r["method"]: r["ks"] for r in best}
+    out = [f"HumanEval answers at c = {best[0]['c']}, batched continuously: "
+           + "; ".join(f"{m} measured at K {min(k)}-{max(k)}" if len(k) > 1 else f"{m} at K {k[0]} only"
+                       for m, k in ks.items())]
+    if len({len(k) for k in ks.values()}) > 1:
+        out.append("  the methods ran at different Ks, so no P-EAGLE ÷ EAGLE-3 ratio at this c follows from this run")
+    return out
 
 
 def _fmt(v, spec: str = ".3f") -> str:
