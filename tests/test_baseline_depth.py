@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from peagle_lab.lab import baseline_depth as bd
+from peagle_lab.lab import baseline_depth_report as bdr
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURE = REPO / "tests" / "data" / "baseline_depth"
@@ -26,7 +27,7 @@ def session():
 
 
 def test_every_head_is_named_by_method_ttt_depth_and_whether_it_shipped(session):
-    labels = bd.head_labels(session["results"], shipped=bd._shipped_names(session))
+    labels = bd.head_labels(session["results"], shipped=bd.shipped_names(session))
     assert list(labels.values()) == ["P-EAGLE (shipped)", "EAGLE-3, TTT 7 (shipped)", "EAGLE-3, TTT 3"]
     assert labels["eagle3-ttt7"] == "EAGLE-3, TTT 7 (shipped)"
     # without the session's list, a head is shipped only if its command is a shipped head's (the tiny ones are not)
@@ -71,14 +72,14 @@ def test_best_k_is_measured_for_the_shipped_heads_and_estimated_for_the_shallow_
 
 
 def test_the_report_holds_every_table_and_the_figure_a_line_per_head_and_workload(session, capsys, tmp_path):
-    text = bd.report(session)
+    text = bdr.report(session)
     for title in ("## Heads", "## Acceptance by position", "## Acceptance at position i once",
                   "## Acceptance length per K", "## P-EAGLE's lead", "## Best K by TPS"):
         assert title in text
     assert "fresh from the same generator" in text
     fig = bd.acceptance_figure(bd.position_rows(session["results"]))
     assert len(fig.data) == 9 and sum(t.showlegend for t in fig.data) == 3
-    assert bd.main([str(FIXTURE), "--figure", str(tmp_path / "f.html")]) == 0
+    assert bdr.main([str(FIXTURE), "--figure", str(tmp_path / "f.html")]) == 0
     assert (tmp_path / "f.html").stat().st_size > 1000 and "## Heads" in capsys.readouterr().out
 
 
@@ -108,12 +109,12 @@ def test_lead_change_is_the_lead_over_the_shallow_head_minus_the_lead_over_the_d
 
 
 def test_the_notebook_printouts_say_the_heads_the_gaps_the_lead_and_the_paper(session):
-    heads = bd.heads_text(session).splitlines()
+    heads = bdr.heads_text(session).splitlines()
     assert heads[:2] == ["P-EAGLE (shipped)", "EAGLE-3, TTT 7 (shipped)"]
     assert heads[2].startswith("EAGLE-3, TTT 3: 4 steps") and heads[2].endswith("warm-started from the shipped EAGLE-3")
-    cond = bd.conditional_text(session)
+    cond = bdr.conditional_text(session)
     assert cond.count("TTT 3 minus TTT 7") == 3 and cond.count("mean gap at positions 1-3") == 3
-    lead = bd.lead_text(session)
+    lead = bdr.lead_text(session)
     assert "K = 3 (inside its TTT depth)" in lead and "K = 7 (past its TTT depth)" in lead
     assert "the paper's P-EAGLE over its EAGLE-3 (HumanEval): 1.30x" in lead
     assert "changes P-EAGLE's lead" in lead  # the rehearsal's shallow head does not raise the lead on every workload
@@ -123,9 +124,9 @@ def test_the_notebook_printouts_say_the_heads_the_gaps_the_lead_and_the_paper(se
 def test_a_method_measured_at_fewer_k_at_c64_says_no_ratio_follows(session):
     bench = {**session["bench"], "rows": [r for r in session["bench"]["rows"]
                                           if r["method"] != "peagle" or int(r["k"]) == 1]}
-    lead = bd.lead_text({**session, "bench": bench})
+    lead = bdr.lead_text({**session, "bench": bench})
     assert "P-EAGLE (shipped) at K 1 only" in lead and "no P-EAGLE ÷ EAGLE-3 ratio at this c" in lead
-    assert "c = 64" not in bd.lead_text({**session, "bench": None})
+    assert "c = 64" not in bdr.lead_text({**session, "bench": None})
 
 
 def test_a_folder_without_results_says_what_it_expected(tmp_path):

@@ -18,7 +18,7 @@
 # Every stage runs even when one before it failed; stage seconds go to $OUT/stage_seconds.json; exit 1 if any failed.
 # The job first copies the tree to SNAPSHOT (/tmp/baseline_depth_repo) and runs there, so the tree that later calls
 # copy over the repository cannot change the code under a running job. Read the results with
-#   python -m peagle_lab.lab.baseline_depth FETCHED_FOLDER      (tables; peagle_lab.lab.baseline_depth's figure)
+#   python -m peagle_lab.lab.baseline_depth_report FETCHED_FOLDER      (tables; peagle_lab.lab.baseline_depth's figure)
 #
 # Launch on an offline GPU machine (docs/scripts.md, "Running on an offline GPU machine"). Here, once:
 #   bash scripts/gpu/vllm_bundle.sh --no-vllm       # .stage/vllm/p00, p01, ...: the GGUF, the heads, .whl's wheels
