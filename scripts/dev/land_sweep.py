@@ -145,7 +145,7 @@ def _check_k_fits(k_sweep: dict) -> None:
             except (ValueError, statistics.StatisticsError) as e:
                 skipped = len(k_sweep.get("skipped") or [])
                 raise LandError(f"the K sweep cannot be fitted at {workload}, c = {c} ({e}; {skipped} cells were "
-                                "skipped): notebook 5 would fail on it") from e
+                                "skipped): the K model's tests (tests/test_lab_kmodel.py) would fail on it") from e
 
 
 def _folder(results: Path, topic: str, doc: dict) -> Path:

@@ -9,7 +9,7 @@ map: its "what it teaches" cells are kept, its minutes column comes from the JSO
 it, and ``--check`` fails when a page's block no longer matches the JSON
 (``tests/test_notebook_times.py`` runs that).
 
-Usage (from the repository root; about two minutes for all seven on two cores, run it alone):
+Usage (from the repository root; about two minutes for all eight on two cores, run it alone):
     .venv/bin/python scripts/dev/time_notebooks.py               # time all, write JSON and pages
     .venv/bin/python scripts/dev/time_notebooks.py --pages-only  # rebuild the pages from the JSON
     .venv/bin/python scripts/dev/time_notebooks.py --check       # exit 1 if a page is stale
