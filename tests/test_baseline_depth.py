@@ -156,7 +156,8 @@ def _session(tmp_path, **knobs):
     training script and suite."""
     repo = tmp_path / "repo"
     (repo / "scripts" / "gpu").mkdir(parents=True)
-    shutil.copy(REPO / "scripts" / "gpu" / "baseline_depth_session.sh", repo / "scripts" / "gpu")
+    for name in ("baseline_depth_session.sh", "stage_lib.sh"):
+        shutil.copy(REPO / "scripts" / "gpu" / name, repo / "scripts" / "gpu")
     (repo / "scripts" / "gpu" / "train_heads_h200.sh").write_text(TRAIN_STUB)
     (repo / "scripts" / "gpu" / "gpu_tests.sh").write_text('echo "suite $1" >> "$CALLS"; mkdir -p "$1"\n')
     weights = not knobs.pop("NO_HEADS", None)  # as in a tree whose heads' weights travel in the bundle

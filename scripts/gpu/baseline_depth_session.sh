@@ -88,17 +88,7 @@ if [ "$SMOKE" != 1 ]; then
     exit 2
   done
 fi
-STAGES="" FAILED=""
-stage() {  # stage NAME COMMAND...: runs unless SKIPped, records its seconds and whether it failed
-  local name=$1 t=$SECONDS rc=0
-  shift
-  case " ${SKIP:-} " in *" $name "*) echo "### stage $name skipped (SKIP)"; return 0 ;; esac
-  echo "### stage $name: $*"
-  "$@" || rc=$?
-  STAGES="$STAGES\"$name\": $((SECONDS - t)), "
-  [ "$rc" = 0 ] || FAILED="$FAILED $name"
-  echo "### stage $name took $((SECONDS - t))s, exit $rc (session at $((SECONDS))s)"
-}
+source scripts/gpu/stage_lib.sh  # stage NAME COMMAND...: runs unless SKIPped, records its seconds and whether it failed
 
 # ---------------------------------------------------------------- 1 answer_c64
 if [ "$SMOKE" = 1 ]; then  # the tiny random target and random tiny heads (--tiny takes no head flags)

@@ -43,17 +43,7 @@ done
 mkdir -p "$OUT"
 exec > >(tee -a "$OUT/sweep_session.log") 2>&1
 echo "### sweep_session_h200.sh at $(date -u +%FT%TZ), commit ${PEAGLE_LAB_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}"
-STAGES="" FAILED=""
-stage() {  # stage NAME COMMAND...: runs unless SKIPped, records its seconds and whether it failed
-  local name=$1 t=$SECONDS rc=0
-  shift
-  case " ${SKIP:-} " in *" $name "*) echo "### stage $name skipped (SKIP)"; return 0 ;; esac
-  echo "### stage $name: $*"
-  "$@" || rc=$?
-  STAGES="$STAGES\"$name\": $((SECONDS - t)), "
-  [ "$rc" = 0 ] || FAILED="$FAILED $name"
-  echo "### stage $name took $((SECONDS - t))s, exit $rc"
-}
+source scripts/gpu/stage_lib.sh  # stage NAME COMMAND...: runs unless SKIPped, records its seconds and whether it failed
 # Each method at K 1..8 in one column per (workload, c), so a budget that runs out loses whole columns, and the cheap
 # c = 64 column (one batch a cell) first; --min-prompts 32 is one batch of 64 at c = 64 and 32 requests at c = 1
 # (a cell decodes c·⌈32/c⌉).
