@@ -50,10 +50,12 @@ def test_a_per_wave_leak_is_caught(world, monkeypatch):
     generate = SpecDecoder.generate
 
     def leaky(self, *a, **kw):
-        # 64 MiB per batch: above glibc's largest mmap threshold (32 MiB), so every leaked block
+        # 256 MiB per batch: above glibc's largest mmap threshold (32 MiB), so every leaked block
         # is fresh pages that raise RSS. Smaller blocks can be served from heap pages freed by
-        # earlier tests in the same process, and RSS would not move.
-        leak.append(torch.ones(1 << 24))
+        # earlier tests in the same process, and RSS would not move; and within the whole suite,
+        # memory that earlier tests leave behind and the process returns during the waves can
+        # offset a 64 MiB block against the 64 MiB RSS tolerance (seen once on a 2-core CI run).
+        leak.append(torch.ones(1 << 26))
         return generate(self, *a, **kw)
 
     monkeypatch.setattr(SpecDecoder, "generate", leaky)
