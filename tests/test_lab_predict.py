@@ -8,13 +8,13 @@ import pytest
 
 from peagle_lab.lab import predict
 from peagle_lab.lab.kmodel import Acceptance, measured_decode_tps
-from peagle_lab.lab.paper import HUMANEVAL_AL, SPEED_BENCH_SPEEDUP
+from peagle_lab.lab.paper import HUMANEVAL_AL, SPEED_BENCH_SPEEDUP, k_sweep
 from peagle_lab.provenance import REPO
 
 
 @pytest.fixture(scope="module")
 def bench():
-    return json.loads((REPO / predict.OUR_SWEEP).read_text())
+    return json.loads((REPO / k_sweep()).read_text())  # the fixed-length K sweep (archive.latest)
 
 
 @pytest.fixture(scope="module")

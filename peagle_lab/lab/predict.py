@@ -41,12 +41,11 @@ from .paper import HUMANEVAL_AL, PAPER_AL, SPEED_BENCH_SPEEDUP
 __all__ = ["fit_geometric", "paper_acceptance", "measured_acceptance", "al_at", "predicted_tps", "best_k",
            "speedup_table", "check_against_bench", "check_summary", "baseline_strength", "load_scale",
            "tps_curves", "step_split", "usable_ks", "workloads_of", "code_workload", "drafting_cost_to_match", "shapes_of", "concurrencies_of", "depths_of",
-           "SCALE_GLOB", "CPU_SCALE", "scale_files", "merge_scale", "OUR_SWEEP",
+           "SCALE_GLOB", "CPU_SCALE", "scale_files", "merge_scale",
            "ANSWER_SWEEPS", "answer_sweep", "PEAGLE_DEPTH", "KS"]
 
 KS = tuple(range(1, 9))
 PEAGLE_DEPTH = 4  # the shipped P-EAGLE head's layers (and the paper's GPT-OSS 20B drafter's)
-OUR_SWEEP = "docs/results/h200/k_scaling/2026-12-04-6249d56/bench.json"  # the fixed-length K sweep (128 tokens past EOS)
 ANSWER_SWEEPS = "docs/results/*/answer_length/*/bench.json"  # answers decoded to EOS, the shipped heads
 
 
