@@ -54,7 +54,7 @@ from ..drafter import Drafter
 from ..engine import SpecDecoder
 from ..models.llama import LlamaConfig, LlamaModel
 from ..provenance import run_info
-from .scale_costs import full_depth_costs, layer_check, step_costs
+from .scale_costs import experts_read, full_depth_costs, layer_check, step_costs
 from .scale_moe import measure_moe
 
 __all__ = ["ScaleShape", "SHAPES", "ScaleGrid", "GPU_GRID", "TINY_GRID", "expected_experts", "measure_cell",
@@ -110,9 +110,7 @@ def expected_experts(shape: ScaleShape, tokens: int) -> float:
     >>> round(expected_experts(SHAPES["gpt-oss-20b"], 1), 2), round(expected_experts(SHAPES["gpt-oss-20b"], 8), 1)
     (4.0, 21.0)
     """
-    if not shape.experts:
-        return 0.0
-    return shape.experts * (1.0 - (1.0 - shape.top_k / shape.experts) ** tokens)
+    return experts_read(shape.experts, shape.top_k, tokens)
 
 
 @dataclass(frozen=True)

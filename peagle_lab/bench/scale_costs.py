@@ -12,7 +12,7 @@ from __future__ import annotations
 from ..hardware import DEVICES
 
 __all__ = ["PARTS", "full_depth_costs", "layer_check", "step_costs", "step_costs_at_rows", "preset_of", "carried_to",
-           "expert_bound_moe"]
+           "experts_read", "expert_bound_moe"]
 
 PARTS = ("verify_ms", "prep_ms", "draft_ms", "host_ms", "step_ms")
 
@@ -175,10 +175,22 @@ def carried_to(scale: Mapping, device: str, drafter: bool = True) -> dict:
     return {**scale, "costs": costs, "device": f"{device} (projected from {scale['device']})"}
 
 
+def experts_read(experts: int, top_k: int, tokens: int) -> float:
+    """Distinct experts ``tokens`` tokens route to in one layer, if each picks ``top_k`` of ``experts`` uniformly:
+    E · (1 − (1 − top_k / E)^tokens); 0 for a dense layer (``experts`` 0).
+
+    >>> round(experts_read(32, 4, 1), 2), round(experts_read(32, 4, 8), 1), experts_read(0, 0, 8)
+    (4.0, 21.0, 0.0)
+    """
+    if not experts:
+        return 0.0
+    return experts * (1.0 - (1.0 - top_k / experts) ** tokens)
+
+
 def expert_bound_moe(doc: dict) -> dict:
     """``doc`` with each measured MoE layer replaced by one that costs only the experts its tokens read:
     the dense stand-in's time (``top_k`` experts) × distinct experts read / ``top_k``, read at random
-    routing as E · (1 − (1 − top_k / E)^T). The ``NAME+moe`` costs follow.
+    routing (:func:`experts_read`). The ``NAME+moe`` costs follow.
 
     It separates what K + 1 verify tokens must cost (more experts' weights to read) from what this lab's
     grouped-GEMM layer (:class:`~peagle_lab.bench.scale_moe.MoELayer`) adds on top: routing, sorting, its launches.
@@ -188,7 +200,7 @@ def expert_bound_moe(doc: dict) -> dict:
         e, k = doc["shapes"][name]["experts"], doc["shapes"][name]["top_k"]
         moe[name] = rows if isinstance(rows, str) else [
             {**r, "moe_ms": r["dense_ms"] * read / k, "moe_extra_ms": r["dense_ms"] * (read / k - 1.0)}
-            for r in rows for read in (e * (1.0 - (1.0 - k / e) ** r["tokens"]),)]
+            for r in rows for read in (experts_read(e, k, r["tokens"]),)]
     out = {**doc, "moe": moe}
     base = [c for c in doc["costs"] if "+" not in c["shape"]]
     out["costs"] = base + _moe_costs(out, base)
