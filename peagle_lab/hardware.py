@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["ARCHS", "ArchLimits", "DEVICES", "DevicePreset", "arch_of", "device_preset"]
+__all__ = ["ARCHS", "ArchLimits", "DEVICES", "DevicePreset", "arch_of", "bandwidth_ratio", "device_preset", "preset_of"]
 
 
 @dataclass(frozen=True)
@@ -88,6 +88,26 @@ def device_preset(name: str) -> DevicePreset:
         return DEVICES[name]
     except KeyError:
         raise ValueError(f"unknown device preset {name!r} (expected one of {', '.join(DEVICES)})") from None
+
+
+def preset_of(device: str) -> str | None:
+    """The preset whose name a GPU's name contains (``torch.cuda.get_device_name``, a result's ``device``), None
+    where none does.
+
+    >>> preset_of("NVIDIA H100 80GB HBM3"), preset_of("cpu")
+    ('H100', None)
+    """
+    return next((name for name in DEVICES if name in device.replace("-", " ").split()), None)
+
+
+def bandwidth_ratio(measured_on: str, device: str) -> float:
+    """How much longer a memory-bound pass takes on ``measured_on`` than on ``device`` (presets): the ratio of
+    their bandwidths, the factor that carries a measured time to ``device``.
+
+    >>> bandwidth_ratio("H200", "B200")  # 4.8 → 8.0 TB/s
+    0.6
+    """
+    return device_preset(measured_on).hbm_tb_s / device_preset(device).hbm_tb_s
 
 
 def arch_of(capability: tuple[int, int]) -> str:

@@ -8,6 +8,7 @@ from dataclasses import replace
 import pytest
 import torch
 
+from peagle_lab import hardware
 from peagle_lab.bench import scale, scale_costs
 from peagle_lab.bench.scale_moe import MoELayer, measure_moe
 from peagle_lab.cli import main as cli_main
@@ -89,7 +90,7 @@ def test_carried_to_scales_the_memory_bound_parts_by_bandwidth(tiny_doc):
     with pytest.raises(ValueError, match="presets"):
         scale_costs.carried_to(tiny_doc, "B200")
     h100 = {**tiny_doc, "device": "NVIDIA H100 80GB HBM3"}
-    assert scale_costs.preset_of(h100["device"]) == "H100"
+    assert hardware.preset_of(h100["device"]) == "H100"
     ratio = 3.35 / 8.0  # the H100's and the B200's datasheet bandwidths (peagle_lab.hardware)
     for drafter in (True, False):
         b200 = scale_costs.carried_to(h100, "B200", drafter=drafter)

@@ -9,9 +9,9 @@ The document is what ``peagle_lab.bench.scale.run_scale`` writes (``rows`` of me
 """
 from __future__ import annotations
 
-from ..hardware import DEVICES
+from ..hardware import DEVICES, bandwidth_ratio, preset_of
 
-__all__ = ["PARTS", "full_depth_costs", "layer_check", "step_costs", "step_costs_at_rows", "preset_of", "carried_to",
+__all__ = ["PARTS", "full_depth_costs", "layer_check", "step_costs", "step_costs_at_rows", "carried_to",
            "experts_read", "expert_bound_moe"]
 
 PARTS = ("verify_ms", "prep_ms", "draft_ms", "host_ms", "step_ms")
@@ -144,15 +144,6 @@ def step_costs_at_rows(doc: dict, shape: str, method: str, k: int, rows: float, 
     return {p: a[p] + t * (b[p] - a[p]) for p in PARTS}
 
 
-def preset_of(device: str) -> str | None:
-    """The device preset a GPU's name contains (:data:`peagle_lab.hardware.DEVICES`), None where none does.
-
-    >>> preset_of("NVIDIA H100 80GB HBM3"), preset_of("cpu")
-    ('H100', None)
-    """
-    return next((name for name in DEVICES if name in device.replace("-", " ").split()), None)
-
-
 def carried_to(scale: Mapping, device: str, drafter: bool = True) -> dict:
     """The scale lab's costs carried to ``device`` by the ratio of memory bandwidths (a projection).
 
@@ -166,7 +157,7 @@ def carried_to(scale: Mapping, device: str, drafter: bool = True) -> dict:
     measured = preset_of(scale.get("device", ""))
     if measured is None or device not in DEVICES:
         raise ValueError(f"carry {scale.get('device')!r} to {device!r}: both must be presets ({', '.join(DEVICES)})")
-    ratio = DEVICES[measured].hbm_tb_s / DEVICES[device].hbm_tb_s
+    ratio = bandwidth_ratio(measured, device)
     costs = []
     for r in scale["costs"]:
         verify, draft = r["verify_ms"] * ratio, r["draft_ms"] * (ratio if drafter else 1.0)

@@ -29,7 +29,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from ..hardware import DEVICES
+from ..hardware import DEVICES, bandwidth_ratio
 
 __all__ = ["Acceptance", "StepCosts", "MethodModel", "KFit", "METHODS", "drafter_passes", "acceptance_length",
            "step_ms", "predicted_tps", "predicted_peak_k", "measured_decode_tps", "fit_k_model", "peak_check",
@@ -269,6 +269,6 @@ def device_costs(costs: StepCosts, measured_on: str, device: str) -> StepCosts:
     for name in (measured_on, device):
         if name not in DEVICE_PRESETS:
             raise ValueError(f"unknown device {name!r}: expected one of {', '.join(DEVICE_PRESETS)}")
-    ratio = DEVICE_PRESETS[measured_on].hbm_tb_s / DEVICE_PRESETS[device].hbm_tb_s
+    ratio = bandwidth_ratio(measured_on, device)
     return replace(costs, verify_ms=costs.verify_ms * ratio, verify_ms_per_token=costs.verify_ms_per_token * ratio,
                    pass_ms=costs.pass_ms * ratio)

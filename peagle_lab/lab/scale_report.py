@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from ..bench.scale_costs import carried_to, expert_bound_moe, preset_of
-from ..hardware import DEVICES
+from ..bench.scale_costs import carried_to, expert_bound_moe
+from ..hardware import bandwidth_ratio, preset_of
 from . import predict
 from .kmodel import METHODS
 from .paper import SPEED_BENCH_SPEEDUP
@@ -240,7 +240,7 @@ def distance_report(scale: Mapping, shape: str = "gpt-oss-20b", concurrency: int
     if n["device"] is None:
         lines.append(f"  another GPU: {n['measured_on']} is no GPU preset, so there is no bandwidth to carry its costs by")
         return "\n".join(lines)
-    ratio = DEVICES[n["device"]].hbm_tb_s / DEVICES[preset_of(n["measured_on"])].hbm_tb_s
+    ratio = 1.0 / bandwidth_ratio(preset_of(n["measured_on"]), n["device"])
     lines.append(f"  a {n['device']} ({ratio:.2f}x the memory bandwidth; a projection, no {n['device']} ran this):")
     for v in ("dense", "routed"):
         if v in n:
