@@ -42,7 +42,7 @@ __all__ = ["fit_geometric", "paper_acceptance", "measured_acceptance", "al_at", 
            "speedup_table", "check_against_bench", "check_summary", "baseline_strength", "load_scale",
            "tps_curves", "step_split", "usable_ks", "workloads_of", "code_workload", "drafting_cost_to_match", "shapes_of", "concurrencies_of", "depths_of",
            "SCALE_GLOB", "CPU_SCALE", "scale_files", "merge_scale",
-           "ANSWER_SWEEPS", "answer_sweep", "PEAGLE_DEPTH", "KS"]
+           "ANSWER_SWEEPS", "answer_sweep", "busy_rows", "PEAGLE_DEPTH", "KS"]
 
 KS = tuple(range(1, 9))
 PEAGLE_DEPTH = 4  # the shipped P-EAGLE head's layers (and the paper's GPT-OSS 20B drafter's)
@@ -330,7 +330,7 @@ def drafting_cost_to_match(scale: Mapping, shape: str, concurrency: int, accepta
 
 
 # ------------------------------------------------------------------ the check against our sweep
-def _busy_rows(row: Mapping) -> float:
+def busy_rows(row: Mapping) -> float:
     """A bench row's mean busy rows a step: ``row_steps / num_steps`` where it records them, else its c."""
     steps = row.get("num_steps") or 0
     return row["row_steps"] / steps if steps and row.get("row_steps") else float(row["concurrency"])
@@ -360,7 +360,7 @@ def check_against_bench(scale: Mapping, bench: Mapping, shape: str = "smollm2-13
     acc = {w: measured_acceptance(bench, w) for w in sorted({r["workload"] for r in rows})}
     out = []
     for r in sorted(rows, key=lambda r: (r["workload"], r["method"], r["concurrency"], r["k"])):
-        al, c, busy = al_at(acc[r["workload"]][r["method"]], r["k"]), r["concurrency"], _busy_rows(r)
+        al, c, busy = al_at(acc[r["workload"]][r["method"]], r["k"]), r["concurrency"], busy_rows(r)
         step = step_costs_at_rows(scale, shape, r["method"], r["k"], busy, depth)["step_ms"]
         full = step_costs(scale, shape, r["method"], r["k"], c, depth)["step_ms"]
         pred, meas = 1000.0 * busy * al / step, 1000.0 * busy * r["acceptance_length"] / r["step_ms"]

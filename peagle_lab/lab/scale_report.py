@@ -115,7 +115,7 @@ def occupancy_text(bench: Mapping, scale: Mapping) -> str:
     rows = [r for r in bench["rows"] if r["concurrency"] > 1 and r["temperature"] == 0 and r.get("row_steps")]
     for wl, c in sorted({(r["workload"], r["concurrency"]) for r in rows}):
         at = [r for r in rows if (r["workload"], r["concurrency"]) == (wl, c)]
-        spec = [r["row_steps"] / r["num_steps"] for r in at if r["method"] in METHODS]
+        spec = [predict.busy_rows(r) for r in at if r["method"] in METHODS]
         kind = "continuous batching" if any(r.get("continuous") for r in at) else f"static batches of {c}"
         lines.append(f"{wl}, c = {c}, {kind}: speculative cells keep {min(spec):.1f}-{max(spec):.1f} rows busy on "
                      f"average" if spec else f"{wl}, c = {c}, {kind}")
@@ -123,7 +123,7 @@ def occupancy_text(bench: Mapping, scale: Mapping) -> str:
         answer = sum(counted) / len(counted) if counted else None  # greedy: one text whatever the method
         for r in (r for r in at if r["method"] == "baseline"):
             answer = r["output_tokens"] / r["num_prompts"]
-            lines.append(f"  plain decoding: {r['num_steps']} steps x {r['row_steps'] / r['num_steps']:.0f} rows = "
+            lines.append(f"  plain decoding: {r['num_steps']} steps x {predict.busy_rows(r):.0f} rows = "
                          f"{r['row_steps']:,} row-steps for {r['output_tokens']:,} tokens "
                          f"({r['output_tokens'] / r['row_steps']:.0%} of them useful); answers average {answer:.0f} tokens")
         if wl in info:
