@@ -1,10 +1,7 @@
 """The checks of notebooks 1 and 2: the tokens a verify step gains, the drafter's work, one request's draft row.
 
-Each check tries the answer on inputs of its own, compares it with the worked solution in
-:mod:`peagle_lab.lab.exercises`, and raises an ``AssertionError`` with a hint or prints one
-line starting with ``correct:`` (the shared machinery is :mod:`peagle_lab.lab.checks_base`). The notebooks call them through
-:mod:`peagle_lab.lab.checks`, which lists every check and wraps each to hand on the worked
-answer while its exercise is unanswered.
+How a check answers, and how the notebooks call it, is :mod:`peagle_lab.lab.checks`'s to say; the shared
+machinery is :mod:`peagle_lab.lab.checks_base`.
 """
 from __future__ import annotations
 

@@ -1,11 +1,9 @@
 """The checks of notebooks 5 and 6: P-EAGLE's speed-up at equal acceptance, and which head weakens with depth.
 
-Each check compares the answer with the worked solution in :mod:`peagle_lab.lab.exercises`
-and the committed measurements (the newest answer-length sweep, the shipped heads' ``summary.json``), and
-raises an ``AssertionError`` with a hint or prints one line starting with ``correct:`` (the
-shared machinery is :mod:`peagle_lab.lab.checks_base`). The notebooks call them through
-:mod:`peagle_lab.lab.checks`, which lists every check and wraps each to hand on the worked
-answer while its exercise is unanswered.
+Each check compares the answer with the worked solution in :mod:`peagle_lab.lab.exercises` and the
+committed measurements (the newest answer-length sweep, the shipped heads' ``summary.json``). How a check
+answers, and how the notebooks call it, is :mod:`peagle_lab.lab.checks`'s to say; the shared machinery is
+:mod:`peagle_lab.lab.checks_base`.
 """
 from __future__ import annotations
 
