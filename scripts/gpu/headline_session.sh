@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# The paper's headline by measurement (issue 49), one background job on one GPU (H100 or H200) in about 20 minutes.
+# Three stages, one after another, so that no stage's timing shares the GPU with another:
+#   1 answer_c64  answers decoded to EOS (at most 1,024 tokens) at c = 64, batched continuously (4 x 64 requests a cell,
+#                 rows refilled as requests finish, as a server batches): baseline, EAGLE-3 and P-EAGLE at K 1-8 with the
+#                 shipped heads, on HumanEval (code) and then MT-Bench; the bench stops starting cells after
+#                 ANSWER_BUDGET_S (420) and is cut at ANSWER_LIMIT_S (500) → $OUT/answer_c64/ (bench.json, rewritten
+#                 after every cell, bench.csv, bench.log)
+#   2 scale_ctx   the scale lab on the SmolLM2 shape at the contexts that answers to EOS hold while they decode
+#                 (CONTEXTS, "320 640": code's and MT-Bench's mean context per step), c 1 and 64, K 1 3 5 8, the 4-layer
+#                 P-EAGLE drafter; SCALE_BUDGET_S (200) each → $OUT/scale_ctxN/ (scale.json, scale.log)
+#   3 suite       the GPU suite (scripts/gpu/gpu_tests.sh); interrupted (SIGINT, so pytest still writes its report) where
+#                 SESSION_BUDGET_S (1380) from the session's start ends → $OUT/gpu_suite/ (gpu_suite.json, the log)
+# Every stage runs even when one before it failed; stage seconds go to $OUT/stage_seconds.json; exit 1 if any failed.
+# Like baseline_depth_session.sh, the job runs from a snapshot of the tree (SNAPSHOT, /tmp/headline_repo), so a later
+# call that copies the tree cannot change the code under it.
+#
+# Launch on an offline GPU machine as baseline_depth_session.sh says (docs/scripts.md, "Running on an offline GPU
+# machine"): stage the bundle's parts, then in the call that carries the last part
+#   source scripts/gpu/stage_vllm_h200.sh; [ "$BUNDLE_STAGED" = 1 ] || exit 1; setsid nohup bash -c 'OUT=/tmp/pipeline_out
+#   PEAGLE_LAB_COMMIT=SHA bash scripts/gpu/headline_session.sh; echo $? > /tmp/pipeline.rc' > /tmp/pipeline.log 2>&1 &
+#   sleep 2; bash scripts/gpu/h200_wait.sh 480
+# and `bash scripts/gpu/h200_wait.sh 540` in the next calls until every output is fetched (answer_c64.tgz, ...).
+# Land the folders under docs/results/<device>/: answer_c64 → answer_length/DATE-COMMIT/ (its rows say
+# "continuous"), scale_ctxN → scale/DATE-COMMIT-ctxN/ is not a run folder's name, so each context goes to a run folder
+# of its own date and commit (scale/ merges runs by context: peagle_lab.lab.predict), gpu_suite → gpu_suite/.
+#
+# Knobs (environment): PYTHON, SKIP (stage names: answer_c64, scale_ctx, suite), ANSWER_FLAGS (more bench flags, last so
+# they win), CONTEXTS, SCALE_BUDGET_S, SESSION_BUDGET_S. A CPU rehearsal (tiny random target and heads; about a minute):
+#   SMOKE=1 OUT=/tmp/hl_smoke PYTHON=$PWD/.venv/bin/python OMP_NUM_THREADS=1 SESSION_BUDGET_S=240 \
+#   timeout 600 bash scripts/gpu/headline_session.sh
+set -uo pipefail
+main() {
+cd "$(dirname "$0")/../.."
+OUT=${OUT:?set OUT to the output folder}
+mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)
+PY=${PYTHON:-python3}
+case $PY in */*) PY=$(cd "$(dirname "$PY")" && pwd)/$(basename "$PY") ;; esac
+SMOKE=${SMOKE:-0} SESSION_BUDGET_S=${SESSION_BUDGET_S:-1380} CONTEXTS=${CONTEXTS:-320 640}
+for v in SESSION_BUDGET_S ANSWER_BUDGET_S ANSWER_LIMIT_S SCALE_BUDGET_S; do
+  case ${!v:-1} in ''|*[!0-9]*|0) echo "$v='${!v}' is not a positive whole number"; exit 2 ;; esac
+done
+for p in $CONTEXTS; do
+  case $p in ''|*[!0-9]*|0) echo "CONTEXTS: '$p' is not a positive whole number of tokens"; exit 2 ;; esac
+done
+for s in ${SKIP:-}; do
+  case $s in answer_c64|scale_ctx|suite) ;;
+    *) echo "SKIP: unknown stage '$s' (expected answer_c64, scale_ctx or suite)"; exit 2 ;;
+  esac
+done
+export PEAGLE_LAB_COMMIT=${PEAGLE_LAB_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}
+SNAP=${SNAPSHOT:-/tmp/headline_repo}
+case $SNAP in /|"$PWD"|"$PWD"/*|"$OUT"|"$OUT"/*) echo "SNAPSHOT='$SNAP' must lie outside the tree and \$OUT"; exit 2 ;; esac
+rm -rf "$SNAP" && mkdir -p "$SNAP" \
+  && tar -C "$PWD" --exclude=./.stage --exclude=./.git --exclude=./.venv --exclude=__pycache__ -cf - . | tar -C "$SNAP" -xf - \
+  || { echo "could not copy the tree to $SNAP"; exit 2; }
+cd "$SNAP"
+export PYTHON=$PY PYTHONPATH=$SNAP${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 PEAGLE_LAB_OFFLINE=1 HF_HUB_OFFLINE=1
+export TOKENIZERS_PARALLELISM=false TRANSFORMERS_OFFLINE=1
+exec > >(tee -a "$OUT/headline_session.log") 2>&1
+echo "### headline_session.sh at $(date -u +%FT%TZ), commit $PEAGLE_LAB_COMMIT, running in $SNAP"
+# Without the shipped heads' weights the benchmark would draft with random heads: stop instead (the bundle brings them).
+if [ "$SMOKE" != 1 ]; then
+  for m in eagle3 peagle; do
+    ls "peagle_lab/heads/$m/"*.safetensors > /dev/null 2>&1 && continue
+    cp "${VLLM_STAGE_ROOT:-/tmp}/heads/$m/"*.safetensors "peagle_lab/heads/$m/" 2> /dev/null && continue
+    echo "no weights in peagle_lab/heads/$m nor in ${VLLM_STAGE_ROOT:-/tmp}/heads/$m: stage the bundle first"
+    exit 2
+  done
+fi
+source scripts/gpu/stage_lib.sh  # stage NAME COMMAND...: runs unless SKIPped, records its seconds and whether it failed
+
+# ---------------------------------------------------------------- 1 answer_c64
+if [ "$SMOKE" = 1 ]; then  # the tiny random target and random tiny heads
+  ANSWER=(--tiny --device cpu --dtype float32 -k 1 2 3 -c 4 --continuous 1 --max-new-tokens 8)
+else
+  ANSWER=(--device cuda --dtype bfloat16 -k 1 2 3 4 5 6 7 8 -c 64 --continuous 4 --max-new-tokens 1024)
+fi
+answer() {
+  mkdir -p "$OUT/answer_c64"
+  # shellcheck disable=SC2086
+  timeout "${ANSWER_LIMIT_S:-500}" "$PY" -m peagle_lab.bench.cli --methods baseline eagle3 peagle "${ANSWER[@]}" \
+    --extra-k --workloads code mt_bench --stop-at-eos --no-reference --time-budget-s "${ANSWER_BUDGET_S:-420}" \
+    --no-report --out "$OUT/answer_c64" ${ANSWER_FLAGS:-} 2>&1 | tee "$OUT/answer_c64/bench.log"
+  return "${PIPESTATUS[0]}"
+}
+stage answer_c64 answer
+
+# ---------------------------------------------------------------- 2 scale_ctx
+scale_ctx() {
+  local p rc=0 flags
+  for p in $CONTEXTS; do
+    if [ "$SMOKE" = 1 ]; then flags="--tiny --prompt-tokens $p"
+    else flags="--shapes smollm2-135m --prompt-tokens $p -c 1 64 -k 1 3 5 8 --depths 4"; fi
+    OUT="$OUT/scale_ctx$p" SCALE_BUDGET_S=${SCALE_BUDGET_S:-200} SCALE_FLAGS="$flags" \
+      bash scripts/gpu/scale_lab_gpu.sh || rc=1
+  done
+  return $rc
+}
+stage scale_ctx scale_ctx
+
+# ---------------------------------------------------------------- 3 suite
+suite() {
+  local left=$((SESSION_BUDGET_S - SECONDS))
+  [ "$left" -ge 60 ] || { echo "### suite skipped: ${left}s left of SESSION_BUDGET_S=$SESSION_BUDGET_S"; return 0; }
+  echo "### suite for at most ${left}s → \$OUT/gpu_suite (interrupted there, its report still written)"
+  local files=()
+  [ "$SMOKE" != 1 ] || files=(tests/test_results_index.py)  # no GPU here: every test deselected, pytest's exit 5
+  timeout -s INT -k 60 "$left" bash scripts/gpu/gpu_tests.sh "$OUT/gpu_suite" "${files[@]}" > "$OUT/gpu_suite.log" 2>&1
+  local rc=$?
+  echo "### suite: exit $rc"
+  [ "$SMOKE" = 1 ] && [ "$rc" = 5 ] && return 0
+  return $rc
+}
+stage suite suite
+
+echo "{${STAGES%, }}" > "$OUT/stage_seconds.json"
+echo "### done in ${SECONDS}s: stage seconds {${STAGES%, }}${FAILED:+; failed:$FAILED}"
+[ -z "$FAILED" ]
+}
+main "$@"; exit  # on one line: bash reads no further in this file once main returns
