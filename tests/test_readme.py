@@ -60,7 +60,7 @@ def test_the_readme_carries_the_table_of_the_committed_json():
     """Stale? Run `python -m peagle_lab.lab.paper --readme README.md` and commit README.md."""
     page = README.read_text()
     bench = paper.load_sweep(ROOT / paper.README_SWEEP)
-    assert paper.update_readme(page, bench) == page
+    assert paper.update_readme(page, bench, continuous=paper.continuous_sweep()) == page
 
 
 def _local_links(markdown: str) -> list[str]:
