@@ -351,3 +351,31 @@ def test_continuous_check_text_picks_up_a_continuous_sweep_once_committed(tmp_pa
     assert text.startswith("continuous batching: docs/results/h100/answer_length/a/bench.json")
     assert "code, c = 64, continuous batching: speculative cells keep 63.0-63.0 rows busy" in text
     assert "cells at c = 64 kept" not in text  # the rows stayed busy: nothing to say about emptied batches
+
+
+def test_a_run_at_another_prompt_length_goes_to_contexts_and_replaces_no_costs():
+    base, longer = (_run("H100", date, ["smollm2-135m"]) for date in ("2026-12-06T04:00", "2026-12-06T09:00"))
+    base["grid"]["prompt_tokens"], longer["grid"]["prompt_tokens"] = 160, 640
+    doc, path = predict.merge_scale([(longer, "b.json"), (base, "a.json")])  # newest first
+    assert [r["run"] for r in doc["rows"]] == ["2026-12-06T04:00"] and doc["grid"]["prompt_tokens"] == 160
+    assert [c["file"] for c in doc["contexts"]] == ["b.json"] and path == "a.json + b.json"
+    assert predict.context_runs(doc) == [doc, doc["contexts"][0]]
+
+
+def test_the_check_interpolates_the_step_to_each_cells_context():
+    """Runs at 160- and 640-token prompts (steps attend to 172 and 652 tokens): c ms and 2c ms a step."""
+    scale = {"grid": {"prompt_tokens": 160, "new_tokens": 24}, "costs": _costs("smollm2-135m", (1, 64))}
+    scale["contexts"] = [{"grid": {"prompt_tokens": 640, "new_tokens": 24},
+                          "costs": _costs("smollm2-135m", (1, 64), lambda c: 2.0 * c)}]
+    rows = [_row(m, 2, 64, num_steps=10, row_steps=640, continuous=True, output_tokens=2240, num_prompts=10)
+            for m in ("eagle3", "peagle")]
+    bench = {"config": {"prompts": {"code": {"mean_tokens": 300.0}}}, "rows": rows}
+    cell, _ = predict.check_against_bench(scale, bench)
+    assert cell["context"] == pytest.approx(412.0)  # 300-token prompts, answers of 224: halfway from 172 to 652
+    assert cell["predicted_step_ms"] == pytest.approx(1.5 * 64)
+    far, _ = predict.check_against_bench(scale, {**bench, "config": {"prompts": {"code": {"mean_tokens": 5000.0}}}})
+    assert far["predicted_step_ms"] == pytest.approx(2.0 * 64)  # past the longest run: that run stands in
+    unknown, _ = predict.check_against_bench(scale, {"rows": rows})  # no prompt lengths recorded: the default run
+    assert unknown["context"] is None and unknown["predicted_step_ms"] == pytest.approx(64.0)
+    with pytest.raises(ValueError, match="no run has"):
+        predict.step_costs_at_context([scale], "llama-3.1-8b", "eagle3", 1, 1, 300)

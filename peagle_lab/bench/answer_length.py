@@ -10,13 +10,16 @@ them, takes each method at its own best K per (workload, c) (``analysis.best_k``
     python -m peagle_lab.bench.answer_length FOLDER [--json SUMMARY.json]
 
 FOLDER holds ``code/bench.json`` and ``mt_bench/bench.json`` (either may be missing: its goals read n/a);
-``scripts/dev/land_sweep.py`` also writes their rows as one ``bench.json`` beside them (``merge``).
+``scripts/dev/land_sweep.py`` also writes their rows as one ``bench.json`` beside them (``merge``). A folder
+with one ``bench.json`` of both workloads (``scripts/gpu/headline_session.sh``'s continuous c = 64 run) is
+read per workload from it.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from .analysis import best_k
@@ -87,9 +90,16 @@ def merge(results: dict[str, BenchResult]) -> BenchResult:
 
 
 def load_folder(folder: Path | str) -> dict[str, BenchResult]:
-    """``{workload: result}`` for each ``WORKLOAD/bench.json`` in ``folder``."""
+    """``{workload: result}`` for each ``WORKLOAD/bench.json`` in ``folder``; where there is none, each workload's
+    rows of the folder's own ``bench.json``."""
     folder = Path(folder)
-    return {w: read_json(folder / w / "bench.json") for w in WORKLOADS if (folder / w / "bench.json").is_file()}
+    found = {w: read_json(folder / w / "bench.json") for w in WORKLOADS if (folder / w / "bench.json").is_file()}
+    if found or not (folder / "bench.json").is_file():
+        return found
+    whole = read_json(folder / "bench.json")
+    return {w: replace(whole, rows=[r for r in whole.rows if r.workload == w],
+                       config={**whole.config, "workloads": [w]}) for w in WORKLOADS
+            if any(r.workload == w for r in whole.rows)}
 
 
 def render(summary: dict) -> str:

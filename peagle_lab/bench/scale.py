@@ -57,7 +57,7 @@ from ..provenance import run_info
 from .scale_costs import experts_read, full_depth_costs, layer_check, step_costs
 from .scale_moe import measure_moe
 
-__all__ = ["ScaleShape", "SHAPES", "ScaleGrid", "GPU_GRID", "TINY_GRID", "expected_experts", "measure_cell",
+__all__ = ["ScaleShape", "SHAPES", "PROMPT_TOKENS", "ScaleGrid", "GPU_GRID", "TINY_GRID", "expected_experts", "measure_cell",
            "run_scale", "full_depth_costs", "layer_check", "step_costs", "main"]
 
 CONCURRENCIES = (1, 2, 4, 8, 16, 32, 64)
@@ -113,6 +113,9 @@ def expected_experts(shape: ScaleShape, tokens: int) -> float:
     return experts_read(shape.experts, shape.top_k, tokens)
 
 
+PROMPT_TOKENS = 160  # the default context a request holds when its decode starts (``--prompt-tokens``)
+
+
 @dataclass(frozen=True)
 class ScaleGrid:
     """What to measure (the JSON records it as ``grid``)."""
@@ -125,7 +128,7 @@ class ScaleGrid:
     shape_depths: dict = field(default_factory=dict)  # shape -> its own depths
     layers: tuple[int, int] = (2, 4)  # target layers measured for the per-layer rule
     full_depth: tuple[str, ...] = ("smollm2-135m",)  # shapes also measured whole
-    prompt_tokens: int = 160  # context a request holds when its decode starts
+    prompt_tokens: int = PROMPT_TOKENS  # context a request holds when its decode starts
     new_tokens: int = 24  # measured steps a cell (random heads accept ~nothing: one token a step)
     device: str = "cuda"
     dtype: str = "bfloat16"

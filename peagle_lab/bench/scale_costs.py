@@ -1,5 +1,6 @@
 """The scale lab's document read back: full-depth step costs per cell, the per-layer rule's check, the
-step at any K (``step_costs``) and at any number of busy rows (``step_costs_at_rows``), which
+step at any K (``step_costs``), at any number of busy rows (``step_costs_at_rows``) and at any context
+(``step_costs_at_context``, from runs at several prompt lengths), which
 ``peagle_lab.lab.predict`` combines with acceptance, and the costs carried to another GPU by its memory
 bandwidth (``carried_to``, a projection) or with MoE layers that cost only the experts they read
 (``expert_bound_moe``).
@@ -11,7 +12,8 @@ from __future__ import annotations
 
 from ..hardware import DEVICES, bandwidth_ratio, preset_of
 
-__all__ = ["PARTS", "full_depth_costs", "layer_check", "step_costs", "step_costs_at_rows", "carried_to",
+__all__ = ["PARTS", "full_depth_costs", "layer_check", "step_costs", "step_costs_at_rows", "step_costs_at_context",
+           "step_context", "carried_to",
            "experts_read", "expert_bound_moe"]
 
 PARTS = ("verify_ms", "prep_ms", "draft_ms", "host_ms", "step_ms")
@@ -141,6 +143,45 @@ def step_costs_at_rows(doc: dict, shape: str, method: str, k: int, rows: float, 
     hi = min([c for c in cs if c >= rows], default=cs[-1])
     a, b = step_costs(doc, shape, method, k, lo, depth), step_costs(doc, shape, method, k, hi, depth)
     t = 0.0 if hi == lo else (rows - lo) / (hi - lo)
+    return {p: a[p] + t * (b[p] - a[p]) for p in PARTS}
+
+
+def step_context(doc: dict) -> float:
+    """A scale-lab run's mean context a decode step attends to: its prompt plus half the tokens it decodes.
+
+    >>> step_context({"grid": {"prompt_tokens": 320, "new_tokens": 24}})
+    332.0
+    """
+    grid = doc["grid"]
+    return float(grid["prompt_tokens"] + grid["new_tokens"] / 2)
+
+
+def step_costs_at_context(runs: list[dict], shape: str, method: str, k: int, rows: float, context: float,
+                          depth: int = 1) -> dict:
+    """:func:`step_costs_at_rows` at a step's mean ``context`` (tokens), linear between the two runs of ``runs``
+    whose contexts (:func:`step_context`) lie around it; outside them the nearest run stands in.
+
+    Attention reads every cached token once a step, so its cost grows about linearly with the context; the
+    rest of the step does not depend on it. Runs without costs for ``shape`` and ``method`` are passed over.
+
+    >>> run = lambda p, ms: {"grid": {"prompt_tokens": p, "new_tokens": 0}, "costs": [{"shape": "s",
+    ...     "method": "eagle3", "depth": 1, "k": 1, "concurrency": 1, **{q: ms for q in PARTS}}]}
+    >>> step_costs_at_context([run(100, 1.0), run(300, 2.0)], "s", "eagle3", 1, 1, 250)["step_ms"]
+    1.75
+
+    Raises:
+        ValueError: no run has costs for ``shape`` and ``method`` at ``depth``.
+    """
+    depth = 1 if method == "eagle3" else depth
+    have = sorted(((step_context(d), d) for d in runs if any(
+        r["shape"] == shape and r["method"] == method and r["depth"] == depth for r in d["costs"])),
+        key=lambda cd: cd[0])
+    if not have:
+        raise ValueError(f"no run has {method} costs at depth {depth} for shape={shape!r}")
+    lo = max([cd for cd in have if cd[0] <= context], default=have[0], key=lambda cd: cd[0])
+    hi = min([cd for cd in have if cd[0] >= context], default=have[-1], key=lambda cd: cd[0])
+    a, b = (step_costs_at_rows(d, shape, method, k, rows, depth) for _, d in (lo, hi))
+    t = 0.0 if hi[0] == lo[0] else (context - lo[0]) / (hi[0] - lo[0])
     return {p: a[p] + t * (b[p] - a[p]) for p in PARTS}
 
 

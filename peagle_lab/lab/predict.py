@@ -24,7 +24,8 @@ The check (:func:`check_against_bench`): with (a) and the SmolLM2 step costs, th
 every cell of our measured sweep; it is right where each prediction lies within 10 % of the
 cell's measured decode throughput, 1000 · rows · AL / step_ms at the rows its steps kept busy (c where
 every row stays busy, as in the scale lab and a continuous batch; fewer in a static batch of answers to
-EOS, whose requests finish at different steps).
+EOS, whose requests finish at different steps) and at the context its steps attend to (:func:`row_context`;
+the step interpolated between scale-lab runs at several prompt lengths, where they are committed).
 """
 from __future__ import annotations
 
@@ -32,8 +33,8 @@ import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from ..bench.scale import SHAPES
-from ..bench.scale_costs import carried_to, step_costs, step_costs_at_rows
+from ..bench.scale import PROMPT_TOKENS, SHAPES
+from ..bench.scale_costs import carried_to, step_costs, step_costs_at_context, step_costs_at_rows
 from ..provenance import REPO
 from .kmodel import METHODS, Acceptance, acceptance_length, measured_decode_tps
 from .paper import HUMANEVAL_AL, PAPER_AL, SPEED_BENCH_SPEEDUP
@@ -42,7 +43,7 @@ __all__ = ["fit_geometric", "paper_acceptance", "measured_acceptance", "al_at", 
            "speedup_table", "check_against_bench", "check_summary", "baseline_strength", "load_scale",
            "tps_curves", "step_split", "usable_ks", "workloads_of", "code_workload", "drafting_cost_to_match", "shapes_of", "concurrencies_of", "depths_of",
            "SCALE_GLOB", "CPU_SCALE", "scale_files", "merge_scale",
-           "ANSWER_SWEEPS", "answer_sweep", "busy_rows", "PEAGLE_DEPTH", "KS"]
+           "ANSWER_SWEEPS", "answer_sweep", "busy_rows", "row_context", "context_runs", "PEAGLE_DEPTH", "KS"]
 
 KS = tuple(range(1, 9))
 PEAGLE_DEPTH = 4  # the shipped P-EAGLE head's layers (and the paper's GPT-OSS 20B drafter's)
@@ -85,19 +86,29 @@ def _base(shape: str) -> str:
     return shape.split("+")[0]  # "gpt-oss-20b+moe" -> "gpt-oss-20b"
 
 
+def _prompt_tokens(doc: Mapping) -> int:
+    return (doc.get("grid") or {}).get("prompt_tokens", PROMPT_TOKENS)
+
+
 def merge_scale(docs: Sequence[tuple[dict, str]]) -> tuple[dict, str]:
     """One document from several runs on the newest run's device (``docs`` newest first): each shape's rows,
-    costs, MoE layer and layer check from the newest run that has costs for it; ``files`` names the runs used.
+    costs, MoE layer and layer check from the newest run at the default context (``PROMPT_TOKENS``) that has
+    costs for it; ``files`` names the runs used.
 
-    A second GPU run that measures the shapes a first one did not reach adds them this way.
+    A second GPU run that measures the shapes a first one did not reach adds them this way. A run at another
+    prompt length (``peagle-lab scale --prompt-tokens N``) replaces nothing: the newest at each length goes to
+    ``contexts`` (``{"grid", "costs", "file"}``), where :func:`context_runs` finds it for the check.
     """
-    base = docs[0][0]
+    device = docs[0][0].get("device")
+    docs = [(d, p) for d, p in docs if d.get("device") == device]
+    default = [(d, p) for d, p in docs if _prompt_tokens(d) == PROMPT_TOKENS] or docs[:1]
+    base = default[0][0]
     out = {**base, "rows": [], "costs": [], "moe": {}, "layer_check": [], "skipped": [], "files": [],
-           "shapes": {}, "wall_s": 0.0}
+           "shapes": {}, "wall_s": 0.0, "contexts": []}
     taken: set[str] = set()
-    for doc, path in docs:
+    for doc, path in default:
         new = {_base(r["shape"]) for r in doc["costs"]} - taken
-        if doc.get("device") != base.get("device") or not new:
+        if not new:
             continue
         out["files"].append(path)
         out["rows"] += [r for r in doc["rows"] if r["shape"] in new]
@@ -107,13 +118,23 @@ def merge_scale(docs: Sequence[tuple[dict, str]]) -> tuple[dict, str]:
         out["shapes"].update(doc["shapes"])
         out["wall_s"] += doc.get("wall_s", 0.0)
         taken |= new
+    seen = {_prompt_tokens(base)}
+    for doc, path in docs:
+        if _prompt_tokens(doc) not in seen and doc["costs"]:
+            seen.add(_prompt_tokens(doc))
+            out["contexts"].append({"grid": doc["grid"], "costs": doc["costs"], "file": path})
+    out["contexts"].sort(key=_prompt_tokens)
     order = list(SHAPES)  # smallest target first, as the scale lab lists them
     out["costs"].sort(key=lambda r: (order.index(_base(r["shape"])), r["shape"]))
-    grid_shapes = [s_ for doc, _ in docs if doc.get("device") == base.get("device") for s_ in doc["grid"]["shapes"]]
+    grid_shapes = [s_ for doc, _ in default for s_ in doc["grid"]["shapes"]]
     out["grid"] = {**base["grid"], "shapes": list(dict.fromkeys(grid_shapes))}
-    out["skipped"] = [c for doc, _ in docs if doc.get("device") == base.get("device")
-                      for c in doc.get("skipped", []) if c.split()[0] not in taken]
-    return out, " + ".join(out["files"])
+    out["skipped"] = [c for doc, _ in default for c in doc.get("skipped", []) if c.split()[0] not in taken]
+    return out, " + ".join(out["files"] + [c["file"] for c in out["contexts"]])
+
+
+def context_runs(scale: Mapping) -> list[Mapping]:
+    """The runs the check interpolates the step between by context: ``scale`` itself and its ``contexts``."""
+    return [scale, *(scale.get("contexts") or [])]
 
 
 def load_scale(path: str | Path | None = None) -> tuple[dict, str]:
@@ -330,6 +351,20 @@ def drafting_cost_to_match(scale: Mapping, shape: str, concurrency: int, accepta
 
 
 # ------------------------------------------------------------------ the check against our sweep
+def row_context(bench: Mapping, row: Mapping) -> float | None:
+    """The mean context a bench row's decode steps attend to: its workload's mean prompt plus half its mean
+    answer (tokens); None where the sweep does not record its prompts' lengths.
+
+    >>> row_context({"config": {"prompts": {"code": {"mean_tokens": 190.0}}}},
+    ...             {"workload": "code", "output_tokens": 2000, "num_prompts": 10})
+    290.0
+    """
+    info = ((bench.get("config") or {}).get("prompts") or {}).get(row["workload"])
+    if not info or not row.get("num_prompts"):
+        return None
+    return info["mean_tokens"] + row["output_tokens"] / row["num_prompts"] / 2
+
+
 def busy_rows(row: Mapping) -> float:
     """A bench row's mean busy rows a step: ``row_steps / num_steps`` where it records them, else its c."""
     steps = row.get("num_steps") or 0
@@ -340,7 +375,7 @@ def check_against_bench(scale: Mapping, bench: Mapping, shape: str = "smollm2-13
                         depth: int = PEAGLE_DEPTH) -> list[dict]:
     """Every temperature-0 EAGLE-3 / P-EAGLE cell of ``bench`` whose c the scale lab measured at ``shape``:
     predicted decode TPS (acceptance (a) of the cell's workload, the scale lab's step) against measured,
-    both at the rows the cell's steps kept busy.
+    both at the rows the cell's steps kept busy and the context they attended to.
 
     The scale lab keeps all c rows busy every step. A static batch of answers to EOS does not: its requests
     finish at different steps and the batch compacts, so most of its steps run fewer rows (a continuous
@@ -349,8 +384,11 @@ def check_against_bench(scale: Mapping, bench: Mapping, shape: str = "smollm2-13
     and its measured decode TPS counts those rows; ``full_rows_error`` is the error of the scale lab's
     full-c prediction against ``kmodel.measured_decode_tps``, which assumes c busy rows.
 
+    Answers to EOS attend to longer contexts than the scale lab's default prompt: where runs at other prompt
+    lengths are committed (:func:`context_runs`), the step is interpolated to the cell's :func:`row_context`.
+
     Returns:
-        ``[{"workload", "method", "k", "concurrency", "rows", "continuous", "predicted_tps", "measured_tps",
+        ``[{"workload", "method", "k", "concurrency", "rows", "context", "continuous", "predicted_tps", "measured_tps",
         "error", "full_rows_error", "predicted_step_ms", "measured_step_ms", "predicted_al", "measured_al"}]``,
         error = predicted / measured − 1 = (1 + AL error) / (1 + step error) − 1.
     """
@@ -361,11 +399,13 @@ def check_against_bench(scale: Mapping, bench: Mapping, shape: str = "smollm2-13
     out = []
     for r in sorted(rows, key=lambda r: (r["workload"], r["method"], r["concurrency"], r["k"])):
         al, c, busy = al_at(acc[r["workload"]][r["method"]], r["k"]), r["concurrency"], busy_rows(r)
-        step = step_costs_at_rows(scale, shape, r["method"], r["k"], busy, depth)["step_ms"]
+        context = row_context(bench, r)
+        step = (step_costs_at_rows(scale, shape, r["method"], r["k"], busy, depth) if context is None else
+                step_costs_at_context(context_runs(scale), shape, r["method"], r["k"], busy, context, depth))["step_ms"]
         full = step_costs(scale, shape, r["method"], r["k"], c, depth)["step_ms"]
         pred, meas = 1000.0 * busy * al / step, 1000.0 * busy * r["acceptance_length"] / r["step_ms"]
         out.append({"workload": r["workload"], "method": r["method"], "k": r["k"], "concurrency": c,
-                    "rows": busy, "continuous": bool(r.get("continuous")), "predicted_tps": pred,
+                    "rows": busy, "context": context, "continuous": bool(r.get("continuous")), "predicted_tps": pred,
                     "measured_tps": meas, "error": pred / meas - 1.0,
                     "full_rows_error": 1000.0 * c * al / full / measured_decode_tps(r) - 1.0,
                     "predicted_step_ms": step, "measured_step_ms": r["step_ms"],

@@ -1,0 +1,43 @@
+"""The answer-length goals (peagle_lab.bench.answer_length) read from a folder of one bench.json of both workloads."""
+from __future__ import annotations
+
+import json
+import shutil
+
+from peagle_lab.bench import answer_length
+from peagle_lab.bench.archive import RESULTS, run_folders
+
+
+def _continuous_folder():
+    """The newest committed answer-length run whose rows batched continuously (one bench.json, both workloads)."""
+    runs = [r.path for r in run_folders(topic="answer_length")
+            if json.loads((r.path / "bench.json").read_text())["config"].get("continuous")]
+    return max(runs, key=lambda p: p.name)
+
+
+def test_a_folder_of_one_bench_json_is_read_per_workload(tmp_path):
+    src = _continuous_folder()
+    shutil.copy(src / "bench.json", tmp_path / "bench.json")
+    results = answer_length.load_folder(tmp_path)
+    whole = json.loads((src / "bench.json").read_text())
+    assert set(results) == {r["workload"] for r in whole["rows"]} & set(answer_length.WORKLOADS)
+    for w, res in results.items():
+        assert {r.workload for r in res.rows} == {w} and res.config["workloads"] == [w]
+        assert len(res.rows) == sum(r["workload"] == w for r in whole["rows"])
+    summary = answer_length.summarize(results)
+    code = next(c for c in summary["columns"] if c["workload"] == "code")
+    best = {m: max((r for r in whole["rows"] if r["workload"] == "code" and r["method"] == m), key=lambda r: r["tps"])
+            for m in ("eagle3", "peagle")}
+    assert code["p_over_e3"] == round(round(best["peagle"]["tps"], 1) / round(best["eagle3"]["tps"], 1), 3)
+
+
+def test_a_folder_without_any_bench_json_reads_nothing(tmp_path):
+    assert answer_length.load_folder(tmp_path) == {}
+    assert answer_length.main([str(tmp_path)]) == 2
+
+
+def test_the_committed_summary_matches_its_bench_json():
+    src = _continuous_folder()
+    assert json.loads((src / "summary.json").read_text()) == json.loads(json.dumps(
+        answer_length.summarize(answer_length.load_folder(src))))
+    assert src.is_relative_to(RESULTS)
