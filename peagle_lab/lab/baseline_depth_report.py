@@ -61,9 +61,9 @@ def conditional_text(session: Mapping) -> str:
     return "\n".join(lines)
 
 
-def lead_text(session: Mapping, k: int = max(LEAD_KS)) -> str:
+def lead_text(session: Mapping, k: int = max(LEAD_KS), c64: bool = True) -> str:
     """P-EAGLE's lead over each EAGLE-3 head, how much the shallow head changes it, the widest ratio at ``k`` beside
-    the paper's (HumanEval), and what the c = 64 answer benchmark measured of each method."""
+    the paper's (HumanEval), and (``c64``) what the session's c = 64 answer benchmark measured of each method."""
     results = session["results"]
     labels = head_labels(results, shipped=shipped_names(session))
     change = lead_change(results, labels)
@@ -89,7 +89,7 @@ def lead_text(session: Mapping, k: int = max(LEAD_KS)) -> str:
         lines.append(f"EAGLE-3's AL gain from K = 3 to {k} on {widest['workload']}: " + ", ".join(
             f"{e} {al[e, k] - al[e, 3]:+.3f}" for e in (deep, shallow) if al.get((e, k)) and al.get((e, 3)))
             + f"; the paper's EAGLE-3 (HumanEval) {HUMANEVAL_AL[('eagle3', k)] - HUMANEVAL_AL[('eagle3', 3)]:+.3f}")
-    return "\n".join(lines + _c64_lines(session))
+    return "\n".join(lines + (_c64_lines(session) if c64 else []))
 
 
 def _c64_lines(session: Mapping) -> list[str]:

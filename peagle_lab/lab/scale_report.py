@@ -6,15 +6,21 @@ Every function returns text computed from the committed JSON (``predict.load_sca
 """
 from __future__ import annotations
 
+import json
+import shlex
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
-from ..bench.scale_costs import carried_to, expert_bound_moe
+from ..bench.archive import run_folders
+from ..bench.scale_costs import carried_to, expert_bound_moe, step_context
 from ..hardware import bandwidth_ratio, preset_of
+from ..provenance import REPO
 from . import predict
 from .kmodel import METHODS
 from .paper import SPEED_BENCH_SPEEDUP
 
-__all__ = ["scale_summary", "step_table", "layer_and_moe_text", "check_table", "occupancy_text", "continuous_check_text", "speedup_text",
+__all__ = ["scale_summary", "step_table", "layer_and_moe_text", "check_table", "occupancy_text", "continuous_check_text",
+           "context_text", "ragged_attention", "ragged_attention_text", "speedup_text",
            "distance_numbers", "distance_report", "baseline_text", "acceptance_vs_shape"]
 
 NAMES = {"eagle3": "EAGLE-3", "peagle": "P-EAGLE"}
@@ -143,7 +149,71 @@ def continuous_check_text(scale: Mapping) -> str:
         return f"{e}: the check above is against static batches alone"
     cells = predict.check_against_bench(scale, doc)
     return "\n".join([f"continuous batching: {path} ({doc['run_info']['device']}, {doc['run_info']['date'][:10]})",
-                      check_table(cells), occupancy_text(doc, scale)])
+                      check_table(cells), context_text(scale, cells)])
+
+
+def context_text(scale: Mapping, cells: Sequence[Mapping]) -> str:
+    """The contexts the check's cells attend to beside the scale-lab runs their steps are read between."""
+    measured = ", ".join(f"{step_context(r):.0f}" for r in predict.context_runs(scale))
+    lines = [f"the scale lab's runs: steps attending to {measured} tokens; each cell's step is read at its own "
+             f"context, linear between the two runs around it (the nearest run past either end)"]
+    for wl, c in sorted({(x["workload"], x["concurrency"]) for x in cells if x.get("context") is not None}):
+        ctx = [x["context"] for x in cells if (x["workload"], x["concurrency"]) == (wl, c) and x.get("context")]
+        lines.append(f"  {wl}, c = {c}: steps attend to {min(ctx):.0f}-{max(ctx):.0f} tokens on average")
+    return "\n".join(lines)
+
+
+RAGGED_FILE = "decode_attention_ragged.json"  # scripts/gpu/decode_attention_gpu.py on ragged and uniform contexts
+
+
+def _shapes_of(command: str) -> list[tuple[int, int]]:
+    """(shortest, longest) of each ``--shapes c,T,S,shortest,longest`` of a decode_attention_gpu.py command."""
+    words, out = shlex.split(command), []
+    for w in words[words.index("--shapes") + 1:] if "--shapes" in words else []:
+        if w.startswith("--"):
+            break
+        parts = [int(x) for x in w.split(",")]
+        out.append((parts[3], parts[4]) if len(parts) == 5 else (0, 0))
+    return out
+
+
+def ragged_attention(path: str | Path | None = None) -> tuple[list[dict], str]:
+    """(the decode-attention kernel's rows with each one's context range, the file): ``path``, else the newest
+    committed ``decode_attention_ragged.json``. Rows: ``{"c", "T", "shortest", "longest", "mean", "us"}``.
+
+    Raises:
+        ValueError: none is committed.
+    """
+    if path is None:
+        found = [r.path / RAGGED_FILE for r in run_folders(topic="decode_attention") if (r.path / RAGGED_FILE).is_file()]
+        if not found:
+            raise ValueError(f"no {RAGGED_FILE} in any decode_attention run folder")
+        path = max(found, key=lambda p: json.loads(p.read_text())["date"])
+    doc = json.loads(Path(path).read_text())
+    ranges = _shapes_of(doc["command"])
+    rows = []
+    for i, r in enumerate(doc["attention"]):
+        lo, hi = (r["shortest"], r["longest"]) if "shortest" in r else ranges[i]
+        rows.append({"c": r["c"], "T": r["T"], "shortest": lo, "longest": hi, "mean": r["kv_len_mean"],
+                     "us": r["triton_us"]})
+    path = Path(path).resolve()
+    return rows, str(path.relative_to(REPO) if path.is_relative_to(REPO) else path)
+
+
+def ragged_attention_text(rows: Sequence[Mapping]) -> str:
+    """Each ragged batch's attention call beside a uniform one of about its mean context and one of its longest."""
+    lines = ["decode attention, one call over 30 layers (µs): a ragged batch beside uniform ones"]
+    uniform = [r for r in rows if r["shortest"] == r["longest"]]
+    for r in (r for r in rows if r["shortest"] < r["longest"]):
+        same = [u for u in uniform if (u["c"], u["T"]) == (r["c"], r["T"])]
+        if not same:
+            continue
+        near = min(same, key=lambda u: abs(u["mean"] - r["mean"]))
+        text = (f"c = {r['c']}, {r['T']} query token(s): contexts {r['shortest']}-{r['longest']} (mean {r['mean']:.0f}) "
+                f"{r['us']:.1f}; uniform {near['mean']:.0f}: {near['us']:.1f} ({r['us'] / near['us']:.2f}x)")
+        top = next((u for u in same if u["mean"] == r["longest"]), None)
+        lines.append(text + (f"; uniform {top['mean']:.0f}: {top['us']:.1f}" if top else ""))
+    return "\n".join(lines)
 
 
 def speedup_text(tables: Mapping[str, Sequence[Mapping]]) -> str:

@@ -156,7 +156,7 @@ def attention_rows(cfg: LlamaConfig, paths: tuple[str, ...], variants: list[str]
                    torch.randn(c, hk, S, hd, device="cuda", dtype=torch.bfloat16), mask, kv_len)
                   for _ in range(LAYERS)]
         ref = decode_attention_ref(*inputs[0][:4]).float()
-        row = {"c": c, "T": T, "S": S, "kv_len_mean": float(lens.float().mean())}
+        row = {"c": c, "T": T, "S": S, "kv_len_mean": float(lens.float().mean()), "shortest": shortest, "longest": longest}
         for name in names:
             fn = fns[name]
             row[f"{name}_us"] = time_graphed(fn, inputs)

@@ -1,0 +1,61 @@
+"""Notebook 8's texts on contexts (peagle_lab.lab.scale_report): the check's contexts and ragged attention."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from peagle_lab.lab import scale_report
+
+
+def _attention_file(tmp_path, rows, shapes):
+    doc = {"date": "2026-12-06T09:33:38+00:00", "attention": rows,
+           "command": "python scripts/gpu/decode_attention_gpu.py --skip-engine --shapes " + " ".join(shapes)
+                      + " --out /x/ragged.json"}
+    path = tmp_path / "decode_attention_ragged.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def _row(c, T, mean, us, **extra):
+    return {"c": c, "T": T, "S": 1536, "kv_len_mean": mean, "triton_us": us, **extra}
+
+
+def test_ragged_rows_take_their_ranges_from_the_command_and_sit_beside_uniform_ones(tmp_path):
+    shapes = ["64,4,1536,300,300", "64,4,1536,50,550", "64,4,1536,550,550", "64,1,1536,50,550"]
+    path = _attention_file(tmp_path, [_row(64, 4, 300.0, 10.0), _row(64, 4, 296.0, 15.0), _row(64, 4, 550.0, 20.0),
+                                      _row(64, 1, 301.0, 9.0)], shapes)
+    rows, where = scale_report.ragged_attention(path)
+    assert [(r["shortest"], r["longest"]) for r in rows] == [(300, 300), (50, 550), (550, 550), (50, 550)]
+    text = scale_report.ragged_attention_text(rows)
+    assert "contexts 50-550 (mean 296) 15.0; uniform 300: 10.0 (1.50x); uniform 550: 20.0" in text
+    assert "1 query token" not in text  # no uniform batch at T = 1 to set it beside
+
+
+def test_rows_that_record_their_range_need_no_command(tmp_path):
+    path = _attention_file(tmp_path, [_row(8, 2, 100.0, 5.0, shortest=100, longest=100),
+                                      _row(8, 2, 110.0, 6.0, shortest=20, longest=200)], [])
+    rows, _ = scale_report.ragged_attention(path)
+    assert scale_report.ragged_attention_text(rows).endswith("uniform 100: 5.0 (1.20x)")
+
+
+def test_the_committed_ragged_measurement_is_found():
+    rows, where = scale_report.ragged_attention()
+    assert where.startswith("docs/results/") and where.endswith(scale_report.RAGGED_FILE)
+    assert any(r["shortest"] < r["longest"] for r in rows) and any(r["shortest"] == r["longest"] for r in rows)
+
+
+def test_context_text_names_the_runs_and_each_cells_context():
+    scale = {"grid": {"prompt_tokens": 160, "new_tokens": 24},
+             "contexts": [{"grid": {"prompt_tokens": 640, "new_tokens": 24}, "costs": []}]}
+    cells = [{"workload": "code", "concurrency": 64, "context": ctx} for ctx in (290.0, 310.0)]
+    cells.append({"workload": "chat", "concurrency": 1, "context": None})
+    text = scale_report.context_text(scale, cells)
+    assert "steps attending to 172, 652 tokens" in text
+    assert "code, c = 64: steps attend to 290-310 tokens" in text and "chat" not in text
+
+
+@pytest.mark.parametrize("command, expected", [("x --shapes 1,1,8,2,4 9,1,8 --out y", [(2, 4), (0, 0)]),
+                                               ("x --out y", [])])
+def test_shapes_are_read_from_the_command(command, expected):
+    assert scale_report._shapes_of(command) == expected
