@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import replace
+from dataclasses import asdict, replace
 
 import pytest
 import torch
@@ -154,6 +154,20 @@ def test_grid_rejects_bad_values():
         replace(scale.TINY_GRID, ks=(0, 3))
     with pytest.raises(ValueError, match="layers="):
         replace(scale.TINY_GRID, layers=(4, 2))
+    for bad in ((20, 10), (0, 10), (100, 40000)):
+        with pytest.raises(ValueError, match=r"prompt_range=\(%d, %d\): expected 1 <= LO <= HI <= 32768" % bad):
+            replace(scale.TINY_GRID, prompt_range=bad)
+
+
+def test_a_ragged_grid_draws_each_requests_prompt_seeded():
+    grid = replace(scale.TINY_GRID, prompt_range=(50, 1450))
+    lengths = scale.prompt_lengths(grid, 64, torch.Generator().manual_seed(6401))
+    assert lengths == scale.prompt_lengths(grid, 64, torch.Generator().manual_seed(6401))  # seeded, as the prompts
+    assert 50 <= min(lengths) < 300 and 1200 < max(lengths) <= 1450 and len(set(lengths)) > 32
+    assert grid.prompt_tokens == 750 and scale_costs.step_context({"grid": asdict(grid)}) == 750.0 + grid.new_tokens / 2
+    assert scale_costs.prompt_range({"grid": asdict(grid)}) == (50, 1450)
+    assert scale_costs.prompt_range({"grid": asdict(scale.TINY_GRID)}) is None  # uniform, as runs without the key
+    assert scale.prompt_lengths(scale.TINY_GRID, 3, torch.Generator()) == [12, 12, 12]
 
 
 def test_command_line_writes_json_with_run_info(tmp_path):
@@ -182,3 +196,17 @@ def test_gpu_script_rehearses_on_the_cpu(tmp_path):
     doc = json.loads((tmp_path / "scale.json").read_text())
     assert {r["shape"] for r in doc["rows"]} == {"llama-3.2-1b"} and doc["costs"]
     assert "scale lab took" in (tmp_path / "scale.log").read_text()
+
+
+def test_command_line_runs_a_ragged_batch(tmp_path, capsys):
+    out = tmp_path / "scale.json"
+    assert cli_main(["scale", "--tiny", "--shapes", "llama-3.2-1b", "-k", "1", "--depths", "1", "-c", "3",
+                     "--prompt-range", "4", "20", "--out", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert doc["grid"]["prompt_range"] == [4, 20] and doc["grid"]["prompt_tokens"] == 12 and doc["costs"]
+    assert scale_costs.step_context(doc) == 12.0 + doc["grid"]["new_tokens"] / 2
+    with pytest.raises(SystemExit):
+        scale.main(["--tiny", "--prompt-tokens", "40", "--prompt-range", "4", "20", "--out", str(out)])
+    assert "not allowed with argument --prompt-tokens" in capsys.readouterr().err
+    with pytest.raises(ValueError, match=r"prompt_range=\(20, 4\)"):
+        scale.main(["--tiny", "--prompt-range", "20", "4", "--out", str(out)])

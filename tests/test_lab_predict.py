@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from peagle_lab.lab import predict
+from peagle_lab.lab import predict, scale_runs
 from peagle_lab.lab.kmodel import Acceptance, measured_decode_tps
 from peagle_lab.lab.paper import HUMANEVAL_AL, SPEED_BENCH_SPEEDUP, k_sweep
 from peagle_lab.provenance import REPO
@@ -222,7 +222,7 @@ def test_committed_gpu_runs_replace_the_cpu_rehearsal_and_merge(tmp_path, monkey
     cpu = tmp_path / predict.CPU_SCALE
     cpu.parent.mkdir(parents=True)
     cpu.write_text(json.dumps(_run("CPU", "2026-12-06", ["gpt-oss-20b"])))
-    monkeypatch.setattr(predict, "REPO", tmp_path)
+    monkeypatch.setattr(scale_runs, "REPO", tmp_path)
     assert predict.load_scale()[1] == predict.CPU_SCALE
     runs = (("h100/scale", _run("H100", "2026-12-06T04:00", ["smollm2-135m", "gpt-oss-20b"])),
             ("h100/scale/2026-12-06b", _run("H100", "2026-12-06T04:40", ["gpt-oss-20b", "gpt-oss-20b+moe"])),
@@ -379,3 +379,46 @@ def test_the_check_interpolates_the_step_to_each_cells_context():
     assert unknown["context"] is None and unknown["predicted_step_ms"] == pytest.approx(64.0)
     with pytest.raises(ValueError, match="no run has"):
         predict.step_costs_at_context([scale], "llama-3.1-8b", "eagle3", 1, 1, 300)
+
+
+def _ragged(lo, hi, date, cs, step):
+    """A ragged run (prompts drawn from [lo, hi]) of the SmolLM2 shape: ``step(c)`` ms a step at each c of ``cs``."""
+    return {"device": "H100", "date": date, "grid": {"shapes": ["smollm2-135m"], "prompt_tokens": (lo + hi) // 2,
+            "prompt_range": [lo, hi], "new_tokens": 24}, "shapes": {"smollm2-135m": {}}, "rows": [], "skipped": [],
+            "costs": _costs("smollm2-135m", cs, step)}
+
+
+def test_a_ragged_run_goes_to_ragged_and_replaces_no_costs():
+    base = _run("H100", "2026-12-06T04:00", ["smollm2-135m"])
+    base["grid"]["prompt_tokens"] = 160
+    old, new, wide = (_ragged(40, 600, "2026-12-06T05:00", (64,), float), _ragged(40, 600, "2026-12-06T09:00", (64,), float),
+                      _ragged(40, 1240, "2026-12-06T08:00", (64,), float))
+    doc, path = predict.merge_scale([(new, "n.json"), (wide, "w.json"), (old, "o.json"), (base, "a.json")])
+    assert [r["run"] for r in doc["rows"]] == ["2026-12-06T04:00"] and "prompt_range" not in doc["grid"]
+    assert doc["contexts"] == [] and [r["file"] for r in doc["ragged"]] == ["n.json", "w.json"]  # newest a range
+    assert predict.ragged_runs(doc) == doc["ragged"] and path == "a.json + n.json + w.json"
+    alone, _ = predict.merge_scale([(new, "n.json")])  # no uniform run: the ragged one stands in, and says so
+    assert alone["grid"]["prompt_range"] == [40, 600] and predict.ragged_runs(alone)[0] is alone
+
+
+def test_a_ragged_run_changes_a_c64_cells_step_and_leaves_a_c1_cells_alone():
+    """Uniform costs c ms a step; ragged runs at c = 64 whose steps attend to 332 and 652 tokens: 1.5c and 2.5c."""
+    scale = {"grid": {"prompt_tokens": 160, "new_tokens": 24}, "costs": _costs("smollm2-135m", (1, 8, 64))}
+    answers = {"output_tokens": 2240, "num_prompts": 10}  # 224-token answers: a step's context 300 + 112 = 412
+    rows = ([_row(m, 2, 64, num_steps=10, row_steps=640, continuous=True, **answers) for m in ("eagle3", "peagle")]
+            + [_row("peagle", 2, 64, num_steps=10, row_steps=360, **answers), _row("peagle", 2, 1, **answers)])
+    bench = {"config": {"prompts": {"code": {"mean_tokens": 300.0}}}, "rows": rows}
+    before = {(c["concurrency"], c["rows"]): c for c in predict.check_against_bench(scale, bench) if c["method"] == "peagle"}
+    scale["ragged"] = [_ragged(40, 600, "d", (64,), lambda c: 1.5 * c), _ragged(40, 1240, "d", (64,), lambda c: 2.5 * c)]
+    after = {(c["concurrency"], c["rows"]): c for c in predict.check_against_bench(scale, bench) if c["method"] == "peagle"}
+    assert before[64, 64.0]["predicted_step_ms"] == pytest.approx(64.0) and before[64, 64.0]["step_runs"] == "uniform"
+    assert after[64, 64.0]["predicted_step_ms"] == pytest.approx(1.75 * 64)  # a quarter of the way from 332 to 652
+    assert after[64, 64.0]["step_runs"] == "ragged"
+    assert after[64, 64.0]["predicted_tps"] == pytest.approx(before[64, 64.0]["predicted_tps"] / 1.75)
+    # 36 busy rows: halfway from the uniform step at c = 8 (8 ms) to the ragged one at c = 64 (112 ms)
+    assert before[64, 36.0]["predicted_step_ms"] == pytest.approx(36.0)
+    assert after[64, 36.0]["predicted_step_ms"] == pytest.approx(60.0) and after[64, 36.0]["step_runs"] == "ragged"
+    assert after[1, 1.0] == before[1, 1.0] and after[1, 1.0]["step_runs"] == "uniform"  # one request is never ragged
+    assert after[1, 1.0]["predicted_step_ms"] == pytest.approx(1.0)
+    unknown = predict.check_against_bench(scale, {"rows": rows})  # no prompt lengths recorded: the uniform runs
+    assert {c["step_runs"] for c in unknown} == {"uniform"}

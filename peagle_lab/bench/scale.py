@@ -22,6 +22,11 @@ Method (written into the JSON as ``method``):
   route to more distinct experts than one token does (``expected_experts`` says how many), so one
   real routed-expert layer also runs beside its dense stand-in (``scale_moe``), and the costs gain a
   shape ``NAME+moe`` with that difference in every layer.
+* Every request of a cell holds the same prompt (``prompt_tokens``), unless ``prompt_range`` draws each one's
+  length uniformly from [LO, HI] (seeded): a ragged batch, as a continuous batch's requests are. The
+  decode-attention kernel gives each (request, KV head) one program, so the longest request sets the pace and
+  a ragged batch costs more than a uniform one at the same mean context (``peagle_lab.lab.predict`` keeps
+  such runs apart).
 * ``scale_costs`` turns the rows into full-depth costs per (shape, method, depth, K, c) and
   interpolates in K (``step_costs``): what ``peagle_lab.lab.predict`` reads.
 * The grid (``GPU_GRID``, about 300 engine cells in about five minutes): K 1, 4 and 8 (SmolLM2 also
@@ -34,6 +39,7 @@ Command line (``peagle-lab scale``; ``scripts/gpu/scale_lab_gpu.sh`` runs it on 
 
     peagle-lab scale --out scale.json                 # the GPU grid (about five minutes)
     peagle-lab scale --tiny --out scale_cpu.json      # tiny shapes on a CPU (tests, rehearsal)
+    peagle-lab scale --shapes smollm2-135m -c 64 --prompt-range 50 1450 --out ragged.json  # a ragged batch
 """
 from __future__ import annotations
 
@@ -57,7 +63,8 @@ from ..provenance import run_info
 from .scale_costs import experts_read, full_depth_costs, layer_check, step_costs
 from .scale_moe import measure_moe
 
-__all__ = ["ScaleShape", "SHAPES", "PROMPT_TOKENS", "ScaleGrid", "GPU_GRID", "TINY_GRID", "expected_experts", "measure_cell",
+__all__ = ["ScaleShape", "SHAPES", "PROMPT_TOKENS", "ScaleGrid", "GPU_GRID", "TINY_GRID", "expected_experts", "prompt_lengths",
+           "measure_cell",
            "run_scale", "full_depth_costs", "layer_check", "step_costs", "main"]
 
 CONCURRENCIES = (1, 2, 4, 8, 16, 32, 64)
@@ -129,6 +136,8 @@ class ScaleGrid:
     layers: tuple[int, int] = (2, 4)  # target layers measured for the per-layer rule
     full_depth: tuple[str, ...] = ("smollm2-135m",)  # shapes also measured whole
     prompt_tokens: int = PROMPT_TOKENS  # context a request holds when its decode starts
+    # ragged: each request's prompt drawn uniformly from [lo, hi] tokens (prompt_tokens then records the mean)
+    prompt_range: tuple[int, int] | None = None
     new_tokens: int = 24  # measured steps a cell (random heads accept ~nothing: one token a step)
     device: str = "cuda"
     dtype: str = "bfloat16"
@@ -147,6 +156,12 @@ class ScaleGrid:
             raise ValueError(f"layers={self.layers!r}: expected two layer counts 1 <= a < b")
         if not 1 <= self.prompt_tokens <= 32768:
             raise ValueError(f"prompt_tokens={self.prompt_tokens!r}: expected a context of 1 to 32768 tokens")
+        if self.prompt_range is not None:
+            lo, hi = self.prompt_range
+            if not 1 <= lo <= hi <= 32768:
+                raise ValueError(f"prompt_range={self.prompt_range!r}: expected 1 <= LO <= HI <= 32768 tokens")
+            object.__setattr__(self, "prompt_range", (lo, hi))
+            object.__setattr__(self, "prompt_tokens", (lo + hi) // 2)
         bad_c = {s: cs for s, cs in self.concurrency.items() if not cs or min(cs) < 1 or max(cs) > 1024}
         if bad_c:
             raise ValueError(f"concurrency={bad_c!r}: expected concurrencies in [1, 1024]")
@@ -200,13 +215,27 @@ def build_drafter(target: LlamaModel, method: str, layers: int, draft_vocab_size
     return drafter.eval().requires_grad_(False)
 
 
+def prompt_lengths(grid: ScaleGrid, c: int, gen: torch.Generator) -> list[int]:
+    """The ``c`` requests' prompt lengths: ``prompt_tokens`` each, or drawn uniformly from ``prompt_range`` by ``gen``.
+
+    >>> g = replace(TINY_GRID, prompt_range=(5, 9))
+    >>> lengths = prompt_lengths(g, 64, torch.Generator().manual_seed(0))
+    >>> min(lengths), max(lengths), g.prompt_tokens, prompt_lengths(TINY_GRID, 2, torch.Generator())
+    (5, 9, 7, [12, 12])
+    """
+    if grid.prompt_range is None:
+        return [grid.prompt_tokens] * c
+    lo, hi = grid.prompt_range
+    return torch.randint(lo, hi + 1, (c,), generator=gen).tolist()
+
+
 def measure_cell(target: LlamaModel, drafter, method: str, k: int, c: int, grid: ScaleGrid) -> dict:
     """One engine at (method, K, c): warm-up generate, then the medians of a measured one (ms)."""
     cfg = SpecConfig(method=method, num_speculative_tokens=k, max_new_tokens=grid.new_tokens, compile=grid.compile)
     engine = SpecDecoder(target, drafter, cfg)
     gen = torch.Generator().manual_seed(c * 100 + k)
     vocab = target.config.vocab_size
-    prompts = [torch.randint(3, vocab, (grid.prompt_tokens,), generator=gen).tolist() for _ in range(c)]
+    prompts = [torch.randint(3, vocab, (n,), generator=gen).tolist() for n in prompt_lengths(grid, c, gen)]
     engine.generate(prompts, eos_token_ids=())
     res = engine.generate(prompts, eos_token_ids=())
     trace = res.trace[2:] or res.trace
@@ -334,9 +363,13 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--compile", choices=["auto", "on", "off"])
     ap.add_argument("--device")
     ap.add_argument("--time-budget-s", type=float)
-    ap.add_argument("--prompt-tokens", type=int,
-                    help="context a request holds when its decode starts (default 160; answers decoded to EOS "
-                         "average far longer contexts, see docs/results/*/answer_length/)")
+    prompts = ap.add_mutually_exclusive_group()
+    prompts.add_argument("--prompt-tokens", type=int,
+                         help="context a request holds when its decode starts (default 160; answers decoded to EOS "
+                              "average far longer contexts, see docs/results/*/answer_length/)")
+    prompts.add_argument("--prompt-range", nargs=2, type=int, metavar=("LO", "HI"),
+                         help="a ragged batch: each request's prompt drawn uniformly from LO to HI tokens (seeded), "
+                              "as the requests of a continuous batch differ in context")
     ap.add_argument("-c", "--concurrency", nargs="+", type=int, help="concurrencies for every shape (default per shape)")
     return ap
 
@@ -346,7 +379,7 @@ def main(argv: list[str] | None = None) -> int:
     grid = TINY_GRID if args.tiny else GPU_GRID
     changes = {"shapes": tuple(args.shapes or ()), "ks": tuple(args.k or ()), "depths": tuple(args.depths or ()),
                "compile": args.compile, "device": args.device, "time_budget_s": args.time_budget_s,
-               "prompt_tokens": args.prompt_tokens}
+               "prompt_tokens": args.prompt_tokens, "prompt_range": tuple(args.prompt_range or ())}
     if args.concurrency:
         changes["concurrency"] = {s: tuple(args.concurrency) for s in SHAPES}
     grid = replace(grid, **{f: v for f, v in changes.items() if v is not None and v != ()})

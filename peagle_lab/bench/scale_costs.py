@@ -1,6 +1,7 @@
 """The scale lab's document read back: full-depth step costs per cell, the per-layer rule's check, the
-step at any K (``step_costs``), at any number of busy rows (``step_costs_at_rows``) and at any context
-(``step_costs_at_context``, from runs at several prompt lengths), which
+step at any K (``step_costs``), at any number of busy rows (``step_costs_at_rows``), at any context
+(``step_costs_at_context``, from runs at several prompt lengths) and of a ragged batch (``step_costs_ragged``,
+from runs whose requests' prompts differ in length), which
 ``peagle_lab.lab.predict`` combines with acceptance, and the costs carried to another GPU by its memory
 bandwidth (``carried_to``, a projection) or with MoE layers that cost only the experts they read
 (``expert_bound_moe``).
@@ -13,7 +14,7 @@ from __future__ import annotations
 from ..hardware import DEVICES, bandwidth_ratio, preset_of
 
 __all__ = ["PARTS", "full_depth_costs", "layer_check", "step_costs", "step_costs_at_rows", "step_costs_at_context",
-           "step_context", "carried_to",
+           "step_context", "prompt_range", "step_costs_ragged", "carried_to",
            "experts_read", "expert_bound_moe"]
 
 PARTS = ("verify_ms", "prep_ms", "draft_ms", "host_ms", "step_ms")
@@ -146,14 +147,25 @@ def step_costs_at_rows(doc: dict, shape: str, method: str, k: int, rows: float, 
     return {p: a[p] + t * (b[p] - a[p]) for p in PARTS}
 
 
+def prompt_range(doc: dict) -> tuple[int, int] | None:
+    """A ragged run's (LO, HI) prompt lengths (``peagle-lab scale --prompt-range``); None for a uniform run
+    (every request ``prompt_tokens`` long, as every run that records no range)."""
+    rng = (doc.get("grid") or {}).get("prompt_range")
+    return (int(rng[0]), int(rng[1])) if rng else None
+
+
 def step_context(doc: dict) -> float:
-    """A scale-lab run's mean context a decode step attends to: its prompt plus half the tokens it decodes.
+    """A scale-lab run's mean context a decode step attends to: its mean prompt (``prompt_tokens``, or the
+    middle of a ragged run's ``prompt_range``) plus half the tokens it decodes.
 
     >>> step_context({"grid": {"prompt_tokens": 320, "new_tokens": 24}})
     332.0
+    >>> step_context({"grid": {"prompt_tokens": 750, "prompt_range": [50, 1451], "new_tokens": 24}})
+    762.5
     """
-    grid = doc["grid"]
-    return float(grid["prompt_tokens"] + grid["new_tokens"] / 2)
+    grid, rng = doc["grid"], prompt_range(doc)
+    prompt = (rng[0] + rng[1]) / 2 if rng else grid["prompt_tokens"]
+    return float(prompt + grid["new_tokens"] / 2)
 
 
 def step_costs_at_context(runs: list[dict], shape: str, method: str, k: int, rows: float, context: float,
@@ -182,6 +194,41 @@ def step_costs_at_context(runs: list[dict], shape: str, method: str, k: int, row
     hi = min([cd for cd in have if cd[0] >= context], default=have[-1], key=lambda cd: cd[0])
     a, b = (step_costs_at_rows(d, shape, method, k, rows, depth) for _, d in (lo, hi))
     t = 0.0 if hi[0] == lo[0] else (context - lo[0]) / (hi[0] - lo[0])
+    return {p: a[p] + t * (b[p] - a[p]) for p in PARTS}
+
+
+def step_costs_ragged(uniform: list[dict], ragged: list[dict], shape: str, method: str, k: int, rows: float,
+                      context: float, depth: int = 1) -> dict:
+    """The step of a ragged batch (requests of different contexts) of ``rows`` busy rows at mean ``context``.
+
+    At or above the smallest concurrency c_r the ``ragged`` runs measured, :func:`step_costs_at_context` over
+    them; one row is one request, so a batch of one is uniform; in between, linear in rows from the ``uniform``
+    runs' step at the largest concurrency at or below ``rows`` to the ragged runs' step at c_r. The runs'
+    concurrencies are those they measured for ``shape``, ``method`` and ``depth``.
+
+    >>> run = lambda cs, ms, rng=None: {"grid": {"prompt_tokens": 100, "new_tokens": 0, "prompt_range": rng},
+    ...     "costs": [{"shape": "s", "method": "eagle3", "depth": 1, "k": 1, "concurrency": c,
+    ...                **{q: ms * c for q in PARTS}} for c in cs]}
+    >>> uniform, ragged = [run((1, 8), 1.0)], [run((64,), 1.5, [50, 150])]
+    >>> [step_costs_ragged(uniform, ragged, "s", "eagle3", 1, r, 100)["step_ms"] for r in (64, 36, 8)]
+    [96.0, 52.0, 8.0]
+    """
+    depth = 1 if method == "eagle3" else depth
+
+    def measured(runs: list[dict]) -> list[int]:
+        return sorted({r["concurrency"] for d in runs for r in d["costs"]
+                       if r["shape"] == shape and r["method"] == method and r["depth"] == depth})
+
+    if not measured(ragged):
+        raise ValueError(f"no ragged run has {method} costs at depth {depth} for shape={shape!r}")
+    low = measured(ragged)[0]
+    if rows >= low:
+        return step_costs_at_context(ragged, shape, method, k, rows, context, depth)
+    below = [c for c in measured(uniform) if c <= rows] or [rows]
+    base = max(below)
+    a = step_costs_at_context(uniform, shape, method, k, base, context, depth)
+    b = step_costs_at_context(ragged, shape, method, k, low, context, depth)
+    t = (rows - base) / (low - base)
     return {p: a[p] + t * (b[p] - a[p]) for p in PARTS}
 
 

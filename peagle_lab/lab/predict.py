@@ -25,25 +25,26 @@ every cell of our measured sweep; it is right where each prediction lies within 
 cell's measured decode throughput, 1000 · rows · AL / step_ms at the rows its steps kept busy (c where
 every row stays busy, as in the scale lab and a continuous batch; fewer in a static batch of answers to
 EOS, whose requests finish at different steps) and at the context its steps attend to (:func:`row_context`;
-the step interpolated between scale-lab runs at several prompt lengths, where they are committed).
+the step interpolated between scale-lab runs at several prompt lengths, where they are committed), from runs
+whose requests differ in prompt length (ragged, as a real batch is) where those are committed and the cell kept
+more than one row busy. Finding and merging the committed runs: :mod:`peagle_lab.lab.scale_runs`.
 """
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 
-from ..bench.scale import PROMPT_TOKENS, SHAPES
-from ..bench.scale_costs import carried_to, step_costs, step_costs_at_context, step_costs_at_rows
+from ..bench.scale_costs import carried_to, step_costs, step_costs_at_context, step_costs_at_rows, step_costs_ragged
 from ..provenance import REPO
 from .kmodel import METHODS, Acceptance, acceptance_length, measured_decode_tps
 from .paper import HUMANEVAL_AL, PAPER_AL, SPEED_BENCH_SPEEDUP
+from .scale_runs import CPU_SCALE, SCALE_GLOB, context_runs, load_scale, merge_scale, ragged_runs, scale_files
 
 __all__ = ["fit_geometric", "paper_acceptance", "measured_acceptance", "al_at", "predicted_tps", "best_k",
            "speedup_table", "check_against_bench", "check_summary", "baseline_strength", "load_scale",
            "tps_curves", "step_split", "usable_ks", "workloads_of", "code_workload", "drafting_cost_to_match", "shapes_of", "concurrencies_of", "depths_of",
            "SCALE_GLOB", "CPU_SCALE", "scale_files", "merge_scale",
-           "ANSWER_SWEEPS", "answer_sweep", "busy_rows", "row_context", "context_runs", "PEAGLE_DEPTH", "KS"]
+           "ANSWER_SWEEPS", "answer_sweep", "busy_rows", "row_context", "context_runs", "ragged_runs", "PEAGLE_DEPTH", "KS"]
 
 KS = tuple(range(1, 9))
 PEAGLE_DEPTH = 4  # the shipped P-EAGLE head's layers (and the paper's GPT-OSS 20B drafter's)
@@ -67,90 +68,6 @@ def answer_sweep(continuous: bool = False) -> tuple[dict, str]:
         raise ValueError(f"no {kind} answer-length sweep matches {ANSWER_SWEEPS}")
     doc, path = max(found, key=lambda dp: (dp[0].get("run_info") or {}).get("date", ""))
     return doc, str(path.relative_to(REPO))
-
-
-# the scale lab's JSON: a GPU run (docs/results/<device>/scale/, any folder depth) where one is committed, the
-# newest by its date, else the CPU rehearsal (tiny shapes)
-SCALE_GLOB = "docs/results/*/scale/**/scale.json"
-CPU_SCALE = "docs/results/cpu/scale/scale.json"
-
-
-def scale_files() -> list[Path]:
-    """The committed scale-lab JSONs in the order ``load_scale`` prefers them: GPU runs newest first, then the CPU's."""
-    gpu = [p for p in REPO.glob(SCALE_GLOB) if p != REPO / CPU_SCALE]
-    gpu.sort(key=lambda p: json.loads(p.read_text()).get("date", ""), reverse=True)
-    return gpu + [REPO / CPU_SCALE]
-
-
-def _base(shape: str) -> str:
-    return shape.split("+")[0]  # "gpt-oss-20b+moe" -> "gpt-oss-20b"
-
-
-def _prompt_tokens(doc: Mapping) -> int:
-    return (doc.get("grid") or {}).get("prompt_tokens", PROMPT_TOKENS)
-
-
-def merge_scale(docs: Sequence[tuple[dict, str]]) -> tuple[dict, str]:
-    """One document from several runs on the newest run's device (``docs`` newest first): each shape's rows,
-    costs, MoE layer and layer check from the newest run at the default context (``PROMPT_TOKENS``) that has
-    costs for it; ``files`` names the runs used.
-
-    A second GPU run that measures the shapes a first one did not reach adds them this way. A run at another
-    prompt length (``peagle-lab scale --prompt-tokens N``) replaces nothing: the newest at each length goes to
-    ``contexts`` (``{"grid", "costs", "file"}``), where :func:`context_runs` finds it for the check.
-    """
-    device = docs[0][0].get("device")
-    docs = [(d, p) for d, p in docs if d.get("device") == device]
-    default = [(d, p) for d, p in docs if _prompt_tokens(d) == PROMPT_TOKENS] or docs[:1]
-    base = default[0][0]
-    out = {**base, "rows": [], "costs": [], "moe": {}, "layer_check": [], "skipped": [], "files": [],
-           "shapes": {}, "wall_s": 0.0, "contexts": []}
-    taken: set[str] = set()
-    for doc, path in default:
-        new = {_base(r["shape"]) for r in doc["costs"]} - taken
-        if not new:
-            continue
-        out["files"].append(path)
-        out["rows"] += [r for r in doc["rows"] if r["shape"] in new]
-        out["costs"] += [r for r in doc["costs"] if _base(r["shape"]) in new]
-        out["moe"].update({k: v for k, v in (doc.get("moe") or {}).items() if k in new})
-        out["layer_check"] += [r for r in doc.get("layer_check", []) if r["shape"] in new]
-        out["shapes"].update(doc["shapes"])
-        out["wall_s"] += doc.get("wall_s", 0.0)
-        taken |= new
-    seen = {_prompt_tokens(base)}
-    for doc, path in docs:
-        if _prompt_tokens(doc) not in seen and doc["costs"]:
-            seen.add(_prompt_tokens(doc))
-            out["contexts"].append({"grid": doc["grid"], "costs": doc["costs"], "file": path})
-    out["contexts"].sort(key=_prompt_tokens)
-    order = list(SHAPES)  # smallest target first, as the scale lab lists them
-    out["costs"].sort(key=lambda r: (order.index(_base(r["shape"])), r["shape"]))
-    grid_shapes = [s_ for doc, _ in default for s_ in doc["grid"]["shapes"]]
-    out["grid"] = {**base["grid"], "shapes": list(dict.fromkeys(grid_shapes))}
-    out["skipped"] = [c for doc, _ in default for c in doc.get("skipped", []) if c.split()[0] not in taken]
-    return out, " + ".join(out["files"] + [c["file"] for c in out["contexts"]])
-
-
-def context_runs(scale: Mapping) -> list[Mapping]:
-    """The runs the check interpolates the step between by context: ``scale`` itself and its ``contexts``."""
-    return [scale, *(scale.get("contexts") or [])]
-
-
-def load_scale(path: str | Path | None = None) -> tuple[dict, str]:
-    """(the scale lab's JSON, its path relative to the repository): ``path``; else the committed GPU runs of the
-    newest run's device merged (:func:`merge_scale`); else the CPU rehearsal."""
-    def read(p: Path) -> tuple[dict, str]:
-        rel = p.resolve().relative_to(REPO) if p.resolve().is_relative_to(REPO) else p
-        return json.loads(p.read_text()), str(rel)
-
-    candidates = [Path(path)] if path else scale_files()
-    found = [p for p in candidates if p.is_file()]
-    if not found:
-        raise ValueError(f"no scale-lab JSON at {', '.join(map(str, candidates))}; run `peagle-lab scale --out FILE`")
-    if path or found[0] == REPO / CPU_SCALE:
-        return read(found[0])
-    return merge_scale([read(p) for p in found if p != REPO / CPU_SCALE])
 
 
 # ------------------------------------------------------------------ acceptance
@@ -371,6 +288,25 @@ def busy_rows(row: Mapping) -> float:
     return row["row_steps"] / steps if steps and row.get("row_steps") else float(row["concurrency"])
 
 
+def _cell_step(scale: Mapping, shape: str, method: str, k: int, rows: float, context: float | None,
+               depth: int) -> tuple[float, str]:
+    """(a cell's predicted step ms, the kind of scale-lab runs it came from: "ragged" or "uniform").
+
+    Ragged runs (:func:`ragged_runs`) predict a step of more than one busy row at a known context where one
+    has costs for the shape, method and depth (``scale_costs.step_costs_ragged``); one row is one request's
+    context, never ragged, so c = 1 cells, and cells of unknown context, read the uniform runs.
+    """
+    if context is None:
+        return step_costs_at_rows(scale, shape, method, k, rows, depth)["step_ms"], "uniform"
+    d = 1 if method == "eagle3" else depth
+    ragged = [run for run in ragged_runs(scale) if any(
+        r["shape"] == shape and r["method"] == method and r["depth"] == d for r in run["costs"])]
+    if rows > 1 and ragged:
+        step = step_costs_ragged(context_runs(scale), ragged, shape, method, k, rows, context, depth)
+        return step["step_ms"], "ragged"
+    return step_costs_at_context(context_runs(scale), shape, method, k, rows, context, depth)["step_ms"], "uniform"
+
+
 def check_against_bench(scale: Mapping, bench: Mapping, shape: str = "smollm2-135m",
                         depth: int = PEAGLE_DEPTH) -> list[dict]:
     """Every temperature-0 EAGLE-3 / P-EAGLE cell of ``bench`` whose c the scale lab measured at ``shape``:
@@ -385,10 +321,14 @@ def check_against_bench(scale: Mapping, bench: Mapping, shape: str = "smollm2-13
     full-c prediction against ``kmodel.measured_decode_tps``, which assumes c busy rows.
 
     Answers to EOS attend to longer contexts than the scale lab's default prompt: where runs at other prompt
-    lengths are committed (:func:`context_runs`), the step is interpolated to the cell's :func:`row_context`.
+    lengths are committed (:func:`context_runs`), the step is interpolated to the cell's :func:`row_context`. The
+    requests of a batch also differ in context, and the longest sets the decode-attention kernel's pace: where
+    ragged runs are committed (:func:`ragged_runs`, ``peagle-lab scale --prompt-range``), a cell of more than one
+    busy row reads its step from them (``step_runs``: "ragged"; else "uniform").
 
     Returns:
-        ``[{"workload", "method", "k", "concurrency", "rows", "context", "continuous", "predicted_tps", "measured_tps",
+        ``[{"workload", "method", "k", "concurrency", "rows", "context", "continuous", "step_runs", "predicted_tps",
+        "measured_tps",
         "error", "full_rows_error", "predicted_step_ms", "measured_step_ms", "predicted_al", "measured_al"}]``,
         error = predicted / measured − 1 = (1 + AL error) / (1 + step error) − 1.
     """
@@ -400,12 +340,12 @@ def check_against_bench(scale: Mapping, bench: Mapping, shape: str = "smollm2-13
     for r in sorted(rows, key=lambda r: (r["workload"], r["method"], r["concurrency"], r["k"])):
         al, c, busy = al_at(acc[r["workload"]][r["method"]], r["k"]), r["concurrency"], busy_rows(r)
         context = row_context(bench, r)
-        step = (step_costs_at_rows(scale, shape, r["method"], r["k"], busy, depth) if context is None else
-                step_costs_at_context(context_runs(scale), shape, r["method"], r["k"], busy, context, depth))["step_ms"]
+        step, kind = _cell_step(scale, shape, r["method"], r["k"], busy, context, depth)
         full = step_costs(scale, shape, r["method"], r["k"], c, depth)["step_ms"]
         pred, meas = 1000.0 * busy * al / step, 1000.0 * busy * r["acceptance_length"] / r["step_ms"]
         out.append({"workload": r["workload"], "method": r["method"], "k": r["k"], "concurrency": c,
-                    "rows": busy, "context": context, "continuous": bool(r.get("continuous")), "predicted_tps": pred,
+                    "rows": busy, "context": context, "continuous": bool(r.get("continuous")), "step_runs": kind,
+                    "predicted_tps": pred,
                     "measured_tps": meas, "error": pred / meas - 1.0,
                     "full_rows_error": 1000.0 * c * al / full / measured_decode_tps(r) - 1.0,
                     "predicted_step_ms": step, "measured_step_ms": r["step_ms"],
