@@ -277,19 +277,18 @@ def load_sweep(path: Path | str) -> dict:
     return {**docs[0], "rows": [r for d in docs for r in d["rows"]]}
 
 
-def check_answer_sweep(bench: Mapping, source: str, c: int, continuous: bool | None = None) -> None:
+def check_answer_sweep(bench: Mapping, source: str, c: int, continuous: bool = False) -> None:
     """Refuse ``bench`` (read from ``source``) unless it is an answer-length sweep the README's table can read.
 
     Args:
         bench: a bench document.
         source: where it was read, for the message.
         c: the concurrency whose P-EAGLE and EAGLE-3 rows the table reads.
-        continuous: True, the sweep must batch continuously (``config.continuous`` > 0); False, in static
-            batches; None, either.
+        continuous: True, the sweep must batch continuously (``config.continuous`` > 0); False, either kind.
 
     Raises:
-        ValueError: not a bench document, answers of fixed length (``config.ignore_eos`` not false), the other
-            kind of batching, or no P-EAGLE or EAGLE-3 rows at ``c``.
+        ValueError: not a bench document, answers of fixed length (``config.ignore_eos`` not false), static
+            batches where ``continuous`` asks otherwise, or no P-EAGLE or EAGLE-3 rows at ``c``.
     """
     cfg = bench.get("config") if isinstance(bench, Mapping) else None
     if not isinstance(cfg, Mapping) or not isinstance(bench.get("rows"), list):
@@ -297,9 +296,9 @@ def check_answer_sweep(bench: Mapping, source: str, c: int, continuous: bool | N
     if cfg.get("ignore_eos") is not False:
         raise ValueError(f"{source} is not an answer-length sweep: config.ignore_eos is {cfg.get('ignore_eos')!r}, "
                          "expected false (each answer decoded to its end-of-sequence token)")
-    if continuous is not None and bool(cfg.get("continuous")) != continuous:
-        want = "batching continuously (peagle-lab bench --continuous N)" if continuous else "in static batches"
-        raise ValueError(f"{source} has config.continuous = {cfg.get('continuous')!r}; expected a sweep {want}")
+    if continuous and not cfg.get("continuous"):
+        raise ValueError(f"{source} has config.continuous = {cfg.get('continuous')!r}; expected a sweep batching "
+                         "continuously (peagle-lab bench --continuous N)")
     for m in LABEL:
         if not any(_rows(bench, m, w, c) for w in lab_workloads(bench)):
             raise ValueError(f"{source} has no {LABEL[m]} rows at c = {c} (temperature 0); the table needs them")
