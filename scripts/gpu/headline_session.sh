@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The paper's headline by measurement (issue 49), one background job on one GPU (H100 or H200) in about 20 minutes.
-# Three stages, one after another, so that no stage's timing shares the GPU with another:
+# The paper's headline by measurement (issue 49), one background job on one GPU (H100 or H200) in about 23 minutes.
+# Five stages, one after another, so that no stage's timing shares the GPU with another:
 #   1 answer_c64  answers decoded to EOS (at most 1,024 tokens) at c = 64, batched continuously (4 x 64 requests a cell,
 #                 rows refilled as requests finish, as a server batches): baseline, EAGLE-3 and P-EAGLE at K 1-8 with the
 #                 shipped heads, on HumanEval (code) and then MT-Bench; the bench stops starting cells after
@@ -9,7 +9,22 @@
 #   2 scale_ctx   the scale lab on the SmolLM2 shape at the contexts that answers to EOS hold while they decode
 #                 (CONTEXTS, "320 640": code's and MT-Bench's mean context per step), c 1 and 64, K 1 3 5 8, the 4-layer
 #                 P-EAGLE drafter; SCALE_BUDGET_S (200) each → $OUT/scale_ctxN/ (scale.json, scale.log)
-#   3 suite       the GPU suite (scripts/gpu/gpu_tests.sh); interrupted (SIGINT, so pytest still writes its report) where
+#   3 scale_ragged  the scale lab on the SmolLM2 shape with ragged batches (peagle-lab scale --prompt-range LO HI: each
+#                 request's prompt drawn from LO-HI tokens), c = 64, K 1 3 5 8, the 4-layer P-EAGLE drafter; one run a
+#                 range of RAGGED_RANGES ("50-550 50-1450"), RAGGED_BUDGET_S (150) each (16 cells, about a minute)
+#                 → $OUT/scale_ragged_LO-HI/ (scale.json, scale.log). Why these ranges: a continuous c = 64 batch
+#                 holds requests from just admitted (their prompt) to about to finish (prompt + answer), so its
+#                 contexts spread from about 50 tokens to the longest; the answer sweeps' mean step contexts are about
+#                 300 (code: 190-token prompts, 210-token answers) and 690 (MT-Bench: 390 and 595, prompts up to
+#                 1,461), and 50-550 and 50-1450 have means 300 and 750 around them, so the check interpolates between
+#                 the two; they are also the decode-attention kernel's measured ragged ranges
+#                 (decode_attention/*/decode_attention_ragged.json), so the step's cost and the kernel's line up
+#   4 attention_splits  scripts/gpu/decode_attention_gpu.py, the attention call alone (--skip-engine), the Triton
+#                 kernel at splits=2 and splits=4 beside its own choice, at c = 64 with K = 3 and K = 8 (T = 4, 9
+#                 query tokens) on ragged (50-1450) and uniform (750) contexts: whether more KV splits take the
+#                 longest request off the critical path; at most ATTENTION_LIMIT_S (300) → $OUT/attention_splits/
+#                 (decode_attention_splits.json, attention.log). Needs CUDA: SMOKE skips it, saying so
+#   5 suite       the GPU suite (scripts/gpu/gpu_tests.sh); interrupted (SIGINT, so pytest still writes its report) where
 #                 SESSION_BUDGET_S (1380) from the session's start ends → $OUT/gpu_suite/ (gpu_suite.json, the log)
 # Every stage runs even when one before it failed; stage seconds go to $OUT/stage_seconds.json; exit 1 if any failed.
 # Like baseline_depth_session.sh, the job runs from a snapshot of the tree (SNAPSHOT, /tmp/headline_repo), so a later
@@ -22,13 +37,17 @@
 #   sleep 2; bash scripts/gpu/h200_wait.sh 480
 # and `bash scripts/gpu/h200_wait.sh 540` in the next calls until every output is fetched (answer_c64.tgz, ...).
 # Land the folders under docs/results/<device>/: answer_c64 → answer_length/DATE-COMMIT/ (its rows say
-# "continuous"), scale_ctxN → scale/DATE-COMMIT-ctxN/ is not a run folder's name, so each context goes to a run folder
-# of its own date and commit (scale/ merges runs by context: peagle_lab.lab.predict), gpu_suite → gpu_suite/.
+# "continuous"); scale_ctxN → scale/DATE-COMMIT/ctxN/ and scale_ragged_LO-HI → scale/DATE-COMMIT/ragged_LO-HI/
+# (scale/ merges every scale.json under it by kind: peagle_lab.lab.scale_runs puts uniform runs at other prompts in
+# contexts and ragged runs, which record grid.prompt_range, in ragged); attention_splits →
+# decode_attention/DATE-COMMIT/decode_attention_splits.json; gpu_suite → gpu_suite/.
+# Stages already landed need not run again: SKIP="answer_c64 scale_ctx" leaves the new stages and the suite.
 #
-# Knobs (environment): PYTHON, SKIP (stage names: answer_c64, scale_ctx, suite), ANSWER_FLAGS (more bench flags, last so
-# they win), CONTEXTS, SCALE_BUDGET_S, SESSION_BUDGET_S. A CPU rehearsal (tiny random target and heads; about a minute):
-#   SMOKE=1 OUT=/tmp/hl_smoke PYTHON=$PWD/.venv/bin/python OMP_NUM_THREADS=1 SESSION_BUDGET_S=240 \
-#   timeout 600 bash scripts/gpu/headline_session.sh
+# Knobs (environment): PYTHON, SKIP (stage names: answer_c64, scale_ctx, scale_ragged, attention_splits, suite),
+# ANSWER_FLAGS (more bench flags, last so they win), CONTEXTS, SCALE_BUDGET_S, RAGGED_RANGES, RAGGED_BUDGET_S,
+# ATTENTION_LIMIT_S, SESSION_BUDGET_S. A CPU rehearsal (tiny random target and heads; a few minutes):
+#   SMOKE=1 OUT=/tmp/hl_smoke PYTHON=$PWD/.venv/bin/python OMP_NUM_THREADS=1 SESSION_BUDGET_S=300 \
+#   timeout 900 bash scripts/gpu/headline_session.sh
 set -uo pipefail
 main() {
 cd "$(dirname "$0")/../.."
@@ -37,15 +56,21 @@ mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)
 PY=${PYTHON:-python3}
 case $PY in */*) PY=$(cd "$(dirname "$PY")" && pwd)/$(basename "$PY") ;; esac
 SMOKE=${SMOKE:-0} SESSION_BUDGET_S=${SESSION_BUDGET_S:-1380} CONTEXTS=${CONTEXTS:-320 640}
-for v in SESSION_BUDGET_S ANSWER_BUDGET_S ANSWER_LIMIT_S SCALE_BUDGET_S; do
+RAGGED_RANGES=${RAGGED_RANGES:-50-550 50-1450}
+for v in SESSION_BUDGET_S ANSWER_BUDGET_S ANSWER_LIMIT_S SCALE_BUDGET_S RAGGED_BUDGET_S ATTENTION_LIMIT_S; do
   case ${!v:-1} in ''|*[!0-9]*|0) echo "$v='${!v}' is not a positive whole number"; exit 2 ;; esac
 done
 for p in $CONTEXTS; do
   case $p in ''|*[!0-9]*|0) echo "CONTEXTS: '$p' is not a positive whole number of tokens"; exit 2 ;; esac
 done
+for r in $RAGGED_RANGES; do  # LO-HI, 1 <= LO <= HI <= 32768 (peagle-lab scale checks the bounds again)
+  [[ $r =~ ^([0-9]{1,6})-([0-9]{1,6})$ ]] || { echo "RAGGED_RANGES: '$r' is not LO-HI (whole numbers of tokens)"; exit 2; }
+  (( 10#${BASH_REMATCH[1]} >= 1 && 10#${BASH_REMATCH[1]} <= 10#${BASH_REMATCH[2]} && 10#${BASH_REMATCH[2]} <= 32768 )) \
+    || { echo "RAGGED_RANGES: '$r' needs 1 <= LO <= HI <= 32768"; exit 2; }
+done
 for s in ${SKIP:-}; do
-  case $s in answer_c64|scale_ctx|suite) ;;
-    *) echo "SKIP: unknown stage '$s' (expected answer_c64, scale_ctx or suite)"; exit 2 ;;
+  case $s in answer_c64|scale_ctx|scale_ragged|attention_splits|suite) ;;
+    *) echo "SKIP: unknown stage '$s' (expected answer_c64, scale_ctx, scale_ragged, attention_splits or suite)"; exit 2 ;;
   esac
 done
 export PEAGLE_LAB_COMMIT=${PEAGLE_LAB_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}
@@ -99,7 +124,35 @@ scale_ctx() {
 }
 stage scale_ctx scale_ctx
 
-# ---------------------------------------------------------------- 3 suite
+# ---------------------------------------------------------------- 3 scale_ragged
+scale_ragged() {
+  local r rc=0 flags out
+  for r in $RAGGED_RANGES; do
+    out="$OUT/scale_ragged_$r"
+    if [ "$SMOKE" = 1 ]; then flags="--tiny --shapes smollm2-135m -c 4 -k 1 3 --depths 4 --prompt-range ${r%%-*} ${r#*-}"
+    else flags="--shapes smollm2-135m --prompt-range ${r%%-*} ${r#*-} -c 64 -k 1 3 5 8 --depths 4"; fi
+    OUT="$out" SCALE_BUDGET_S=${RAGGED_BUDGET_S:-150} SCALE_FLAGS="$flags" bash scripts/gpu/scale_lab_gpu.sh || rc=1
+    grep -q '"prompt_range"' "$out/scale.json" 2> /dev/null || { echo "### $out/scale.json records no prompt_range"; rc=1; }
+  done
+  return $rc
+}
+stage scale_ragged scale_ragged
+
+# ---------------------------------------------------------------- 4 attention_splits
+attention_splits() {
+  if [ "$SMOKE" = 1 ]; then
+    echo "### attention_splits skipped in SMOKE: decode_attention_gpu.py times CUDA graphs and needs a GPU"
+    return 0
+  fi
+  mkdir -p "$OUT/attention_splits"
+  timeout "${ATTENTION_LIMIT_S:-300}" "$PY" scripts/gpu/decode_attention_gpu.py --skip-engine --paths triton \
+    --variants splits=2 splits=4 --shapes 64,4,1536,50,1450 64,4,1536,750,750 64,9,1536,50,1450 64,9,1536,750,750 \
+    --out "$OUT/attention_splits/decode_attention_splits.json" 2>&1 | tee "$OUT/attention_splits/attention.log"
+  return "${PIPESTATUS[0]}"
+}
+stage attention_splits attention_splits
+
+# ---------------------------------------------------------------- 5 suite
 suite() {
   local left=$((SESSION_BUDGET_S - SECONDS))
   [ "$left" -ge 60 ] || { echo "### suite skipped: ${left}s left of SESSION_BUDGET_S=$SESSION_BUDGET_S"; return 0; }

@@ -14,6 +14,8 @@
 #   OUT=/tmp/scale_cpu PYTHON=.venv/bin/python SCALE_FLAGS="--tiny" bash scripts/gpu/scale_lab_gpu.sh
 # The shapes a run did not reach, alone (GPT-OSS-20B's 105 cells take about three minutes on an H100):
 #   OUT=/tmp/scale2 SCALE_FLAGS="--shapes gpt-oss-20b qwen3-coder-30b-a3b llama-3.1-8b llama-3.2-1b" bash scripts/gpu/scale_lab_gpu.sh
+# A ragged batch, each request's prompt drawn from 50-1450 tokens (headline_session.sh's scale_ragged stage):
+#   OUT=/tmp/ragged SCALE_FLAGS="--shapes smollm2-135m --prompt-range 50 1450 -c 64 -k 1 3 5 8 --depths 4" bash scripts/gpu/scale_lab_gpu.sh
 # The GPU JSON lands in docs/results/<device>/scale/ (a later run in a folder of its own there); peagle_lab.lab.predict
 # merges the runs of one device, each shape from the newest run that measured it, and notebook 08 reads them.
 set -uo pipefail
