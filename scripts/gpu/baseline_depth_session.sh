@@ -68,27 +68,12 @@ for s in ${SKIP:-}; do
 done
 export PEAGLE_LAB_COMMIT=${PEAGLE_LAB_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}
 SNAP=${SNAPSHOT:-/tmp/baseline_depth_repo}
-case $SNAP in /|"$PWD"|"$PWD"/*|"$OUT"|"$OUT"/*) echo "SNAPSHOT='$SNAP' must lie outside the tree and \$OUT"; exit 2 ;; esac
-rm -rf "$SNAP" && mkdir -p "$SNAP" \
-  && tar -C "$PWD" --exclude=./.stage --exclude=./.git --exclude=./.venv --exclude=__pycache__ -cf - . | tar -C "$SNAP" -xf - \
-  || { echo "could not copy the tree to $SNAP"; exit 2; }
-cd "$SNAP"
-export PYTHON=$PY PYTHONPATH=$SNAP${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 PEAGLE_LAB_OFFLINE=1 HF_HUB_OFFLINE=1
-export TOKENIZERS_PARALLELISM=false TRANSFORMERS_OFFLINE=1
-exec > >(tee -a "$OUT/baseline_depth_session.log") 2>&1
+source scripts/gpu/stage_lib.sh  # session_start, shipped_heads, stage NAME COMMAND... (read now, from this tree)
+session_start "$SNAP" baseline_depth_session.log || exit 2
 echo "### baseline_depth_session.sh at $(date -u +%FT%TZ), commit $PEAGLE_LAB_COMMIT, running in $SNAP"
 # The shipped heads' weights travel in the bundle, not the tree: stage_vllm_h200.sh puts them back (and keeps copies in
-# /tmp/heads). Without them the benchmark would quietly draft with random heads, so stop here instead.
-if [ "$SMOKE" != 1 ]; then
-  for m in eagle3 peagle; do
-    ls "peagle_lab/heads/$m/"*.safetensors > /dev/null 2>&1 && continue
-    cp "${VLLM_STAGE_ROOT:-/tmp}/heads/$m/"*.safetensors "peagle_lab/heads/$m/" 2> /dev/null && continue
-    echo "no weights in peagle_lab/heads/$m nor in ${VLLM_STAGE_ROOT:-/tmp}/heads/$m: stage the bundle first" \
-         "(source scripts/gpu/stage_vllm_h200.sh in the call that carries its last part)"
-    exit 2
-  done
-fi
-source scripts/gpu/stage_lib.sh  # stage NAME COMMAND...: runs unless SKIPped, records its seconds and whether it failed
+# /tmp/heads, where shipped_heads finds them).
+[ "$SMOKE" = 1 ] || shipped_heads || exit 2
 
 # ---------------------------------------------------------------- 1 answer_c64
 if [ "$SMOKE" = 1 ]; then  # the tiny random target and random tiny heads (--tiny takes no head flags)

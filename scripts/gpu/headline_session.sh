@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The paper's headline by measurement (issue 49), one background job on one GPU (H100 or H200) in about 23 minutes.
+# The paper's headline by measurement, one background job on one GPU (H100 or H200) in about 23 minutes.
 # Five stages, one after another, so that no stage's timing shares the GPU with another:
 #   1 answer_c64  answers decoded to EOS (at most 1,024 tokens) at c = 64, batched continuously (4 x 64 requests a cell,
 #                 rows refilled as requests finish, as a server batches): baseline, EAGLE-3 and P-EAGLE at K 1-8 with the
@@ -75,25 +75,10 @@ for s in ${SKIP:-}; do
 done
 export PEAGLE_LAB_COMMIT=${PEAGLE_LAB_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}
 SNAP=${SNAPSHOT:-/tmp/headline_repo}
-case $SNAP in /|"$PWD"|"$PWD"/*|"$OUT"|"$OUT"/*) echo "SNAPSHOT='$SNAP' must lie outside the tree and \$OUT"; exit 2 ;; esac
-rm -rf "$SNAP" && mkdir -p "$SNAP" \
-  && tar -C "$PWD" --exclude=./.stage --exclude=./.git --exclude=./.venv --exclude=__pycache__ -cf - . | tar -C "$SNAP" -xf - \
-  || { echo "could not copy the tree to $SNAP"; exit 2; }
-cd "$SNAP"
-export PYTHON=$PY PYTHONPATH=$SNAP${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 PEAGLE_LAB_OFFLINE=1 HF_HUB_OFFLINE=1
-export TOKENIZERS_PARALLELISM=false TRANSFORMERS_OFFLINE=1
-exec > >(tee -a "$OUT/headline_session.log") 2>&1
+source scripts/gpu/stage_lib.sh  # session_start, shipped_heads, stage NAME COMMAND... (read now, from this tree)
+session_start "$SNAP" headline_session.log || exit 2
 echo "### headline_session.sh at $(date -u +%FT%TZ), commit $PEAGLE_LAB_COMMIT, running in $SNAP"
-# Without the shipped heads' weights the benchmark would draft with random heads: stop instead (the bundle brings them).
-if [ "$SMOKE" != 1 ]; then
-  for m in eagle3 peagle; do
-    ls "peagle_lab/heads/$m/"*.safetensors > /dev/null 2>&1 && continue
-    cp "${VLLM_STAGE_ROOT:-/tmp}/heads/$m/"*.safetensors "peagle_lab/heads/$m/" 2> /dev/null && continue
-    echo "no weights in peagle_lab/heads/$m nor in ${VLLM_STAGE_ROOT:-/tmp}/heads/$m: stage the bundle first"
-    exit 2
-  done
-fi
-source scripts/gpu/stage_lib.sh  # stage NAME COMMAND...: runs unless SKIPped, records its seconds and whether it failed
+[ "$SMOKE" = 1 ] || shipped_heads || exit 2
 
 # ---------------------------------------------------------------- 1 answer_c64
 if [ "$SMOKE" = 1 ]; then  # the tiny random target and random tiny heads

@@ -1,4 +1,10 @@
-# The stage runner of the GPU session scripts (sweep_session_h200.sh, baseline_depth_session.sh), sourced by them:
+# The stage runner of the GPU session scripts (sweep_session_h200.sh, baseline_depth_session.sh,
+# headline_session.sh), sourced by them:
+#   session_start SNAP LOG  copies the tree to SNAP (outside the tree and $OUT; without .git, .venv, .stage and
+#                           caches), moves there, exports the offline environment for $PY and sends every later line
+#                           to $OUT/LOG too; returns 2 with the reason when it cannot
+#   shipped_heads           returns 2, saying so, unless the shipped heads' weights are in peagle_lab/heads (copied
+#                           back from the bundle's ${VLLM_STAGE_ROOT:-/tmp}/heads where the tree travelled without them)
 #   stage NAME COMMAND...   runs COMMAND unless NAME is in $SKIP, prints "### stage NAME took Ns, exit RC", adds
 #                           "NAME": seconds to $STAGES and NAME to $FAILED when it fails; a failure never stops the caller.
 STAGES="" FAILED=""
@@ -11,4 +17,27 @@ stage() {
   STAGES="$STAGES\"$name\": $((SECONDS - t)), "
   [ "$rc" = 0 ] || FAILED="$FAILED $name"
   echo "### stage $name took $((SECONDS - t))s, exit $rc (session at $((SECONDS))s)"
+}
+
+session_start() {
+  local snap=$1 log=$2
+  case $snap in /|"$PWD"|"$PWD"/*|"$OUT"|"$OUT"/*) echo "SNAPSHOT='$snap' must lie outside the tree and \$OUT"; return 2 ;; esac
+  rm -rf "$snap" && mkdir -p "$snap" \
+    && tar -C "$PWD" --exclude=./.stage --exclude=./.git --exclude=./.venv --exclude=__pycache__ -cf - . | tar -C "$snap" -xf - \
+    || { echo "could not copy the tree to $snap"; return 2; }
+  cd "$snap" || return 2
+  export PYTHON=$PY PYTHONPATH=$snap${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 PEAGLE_LAB_OFFLINE=1 HF_HUB_OFFLINE=1
+  export TOKENIZERS_PARALLELISM=false TRANSFORMERS_OFFLINE=1
+  exec > >(tee -a "$OUT/$log") 2>&1
+}
+# Without the shipped heads' weights a benchmark would quietly draft with random heads: stop instead.
+shipped_heads() {
+  local m
+  for m in eagle3 peagle; do
+    ls "peagle_lab/heads/$m/"*.safetensors > /dev/null 2>&1 && continue
+    cp "${VLLM_STAGE_ROOT:-/tmp}/heads/$m/"*.safetensors "peagle_lab/heads/$m/" 2> /dev/null && continue
+    echo "no weights in peagle_lab/heads/$m nor in ${VLLM_STAGE_ROOT:-/tmp}/heads/$m: stage the bundle first" \
+         "(source scripts/gpu/stage_vllm_h200.sh in the call that carries its last part)"
+    return 2
+  done
 }
