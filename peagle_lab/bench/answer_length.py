@@ -1,4 +1,4 @@
-"""The answer-length benchmark's goals (issue 49): P-EAGLE against EAGLE-3 with answers decoded to EOS.
+"""The answer-length benchmark's goals: P-EAGLE against EAGLE-3 with answers decoded to EOS.
 
 The session (``scripts/gpu/sweep_session_h200.sh``) writes one bench file per workload (``code``,
 ``mt_bench``), each with baseline, EAGLE-3 and P-EAGLE at K = 1..8 and c = 1 and 64. This module reads
@@ -26,7 +26,7 @@ from .analysis import best_k
 from .schema import BenchResult, read_json
 
 WORKLOADS = ("code", "mt_bench")
-# (workload, c, least P-EAGLE / EAGLE-3 TPS at each method's best K), as issue 49 sets them
+# (workload, c, least P-EAGLE / EAGLE-3 TPS at each method's best K): the lab's goals for the paper's protocol
 RATIO_GOALS = (("code", 1, 1.3), ("mt_bench", 1, 1.2), ("code", 64, 1.15))
 PEAGLE_MIN_BEST_K, EAGLE3_MAX_BEST_K = 6, 4  # at c = 1, on every workload
 

@@ -292,7 +292,7 @@ def _cell_step(scale: Mapping, shape: str, method: str, k: int, rows: float, con
                depth: int) -> tuple[float, str]:
     """(a cell's predicted step ms, the kind of scale-lab runs it came from: "ragged" or "uniform").
 
-    Ragged runs (:func:`ragged_runs`) predict a step of more than one busy row at a known context where one
+    Ragged runs (:func:`~peagle_lab.lab.scale_runs.ragged_runs`) predict a step of more than one busy row at a known context where one
     has costs for the shape, method and depth (``scale_costs.step_costs_ragged``); one row is one request's
     context, never ragged, so c = 1 cells, and cells of unknown context, read the uniform runs.
     """
@@ -321,9 +321,9 @@ def check_against_bench(scale: Mapping, bench: Mapping, shape: str = "smollm2-13
     full-c prediction against ``kmodel.measured_decode_tps``, which assumes c busy rows.
 
     Answers to EOS attend to longer contexts than the scale lab's default prompt: where runs at other prompt
-    lengths are committed (:func:`context_runs`), the step is interpolated to the cell's :func:`row_context`. The
+    lengths are committed (:func:`~peagle_lab.lab.scale_runs.context_runs`), the step is interpolated to the cell's :func:`row_context`. The
     requests of a batch also differ in context, and the longest sets the decode-attention kernel's pace: where
-    ragged runs are committed (:func:`ragged_runs`, ``peagle-lab scale --prompt-range``), a cell of more than one
+    ragged runs are committed (:func:`~peagle_lab.lab.scale_runs.ragged_runs`, ``peagle-lab scale --prompt-range``), a cell of more than one
     busy row reads its step from them (``step_runs``: "ragged"; else "uniform").
 
     Returns:
