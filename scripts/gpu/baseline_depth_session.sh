@@ -51,24 +51,15 @@ set -uo pipefail
 # copies the tree over this file cannot change what a running job does (the rest runs from the snapshot).
 main() {
 cd "$(dirname "$0")/../.."
-OUT=${OUT:?set OUT to the output folder}
-mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)
-PY=${PYTHON:-python3}
-case $PY in */*) PY=$(cd "$(dirname "$PY")" && pwd)/$(basename "$PY") ;; esac
+source scripts/gpu/stage_lib.sh  # session_paths, whole_numbers, known_stages, session_start, shipped_heads, stage
+session_paths || exit 2
 SMOKE=${SMOKE:-0}
 WORK=${WORK:-${TMPDIR:-/tmp}/peagle_train}
 SESSION_BUDGET_S=${SESSION_BUDGET_S:-900} SHALLOW_K=${SHALLOW_K:-3}
-for v in SESSION_BUDGET_S SHALLOW_K ANSWER_BUDGET_S ANSWER_LIMIT_S STREAM_LIMIT_S DATA_BUDGET_S TRAIN_STEPS TRAIN_EVAL_S; do
-  case ${!v:-1} in ''|*[!0-9]*|0) echo "$v='${!v}' is not a positive whole number"; exit 2 ;; esac
-done
-for s in ${SKIP:-}; do
-  case $s in answer_c64|stream|train|suite) ;;
-    *) echo "SKIP: unknown stage '$s' (expected answer_c64, stream, train or suite)"; exit 2 ;;
-  esac
-done
+whole_numbers SESSION_BUDGET_S SHALLOW_K ANSWER_BUDGET_S ANSWER_LIMIT_S STREAM_LIMIT_S DATA_BUDGET_S TRAIN_STEPS TRAIN_EVAL_S || exit 2
+known_stages answer_c64 stream train suite || exit 2
 export PEAGLE_LAB_COMMIT=${PEAGLE_LAB_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}
 SNAP=${SNAPSHOT:-/tmp/baseline_depth_repo}
-source scripts/gpu/stage_lib.sh  # session_start, shipped_heads, stage NAME COMMAND... (read now, from this tree)
 session_start "$SNAP" baseline_depth_session.log || exit 2
 echo "### baseline_depth_session.sh at $(date -u +%FT%TZ), commit $PEAGLE_LAB_COMMIT, running in $SNAP"
 # The shipped heads' weights travel in the bundle, not the tree: stage_vllm_h200.sh puts them back (and keeps copies in

@@ -51,15 +51,11 @@
 set -uo pipefail
 main() {
 cd "$(dirname "$0")/../.."
-OUT=${OUT:?set OUT to the output folder}
-mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)
-PY=${PYTHON:-python3}
-case $PY in */*) PY=$(cd "$(dirname "$PY")" && pwd)/$(basename "$PY") ;; esac
+source scripts/gpu/stage_lib.sh  # session_paths, whole_numbers, known_stages, session_start, shipped_heads, stage
+session_paths || exit 2
 SMOKE=${SMOKE:-0} SESSION_BUDGET_S=${SESSION_BUDGET_S:-1380} CONTEXTS=${CONTEXTS:-320 640}
 RAGGED_RANGES=${RAGGED_RANGES:-50-550 50-1450}
-for v in SESSION_BUDGET_S ANSWER_BUDGET_S ANSWER_LIMIT_S SCALE_BUDGET_S RAGGED_BUDGET_S ATTENTION_LIMIT_S; do
-  case ${!v:-1} in ''|*[!0-9]*|0) echo "$v='${!v}' is not a positive whole number"; exit 2 ;; esac
-done
+whole_numbers SESSION_BUDGET_S ANSWER_BUDGET_S ANSWER_LIMIT_S SCALE_BUDGET_S RAGGED_BUDGET_S ATTENTION_LIMIT_S || exit 2
 for p in $CONTEXTS; do
   case $p in ''|*[!0-9]*|0) echo "CONTEXTS: '$p' is not a positive whole number of tokens"; exit 2 ;; esac
 done
@@ -68,14 +64,9 @@ for r in $RAGGED_RANGES; do  # LO-HI, 1 <= LO <= HI <= 32768 (peagle-lab scale c
   (( 10#${BASH_REMATCH[1]} >= 1 && 10#${BASH_REMATCH[1]} <= 10#${BASH_REMATCH[2]} && 10#${BASH_REMATCH[2]} <= 32768 )) \
     || { echo "RAGGED_RANGES: '$r' needs 1 <= LO <= HI <= 32768"; exit 2; }
 done
-for s in ${SKIP:-}; do
-  case $s in answer_c64|scale_ctx|scale_ragged|attention_splits|suite) ;;
-    *) echo "SKIP: unknown stage '$s' (expected answer_c64, scale_ctx, scale_ragged, attention_splits or suite)"; exit 2 ;;
-  esac
-done
+known_stages answer_c64 scale_ctx scale_ragged attention_splits suite || exit 2
 export PEAGLE_LAB_COMMIT=${PEAGLE_LAB_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}
 SNAP=${SNAPSHOT:-/tmp/headline_repo}
-source scripts/gpu/stage_lib.sh  # session_start, shipped_heads, stage NAME COMMAND... (read now, from this tree)
 session_start "$SNAP" headline_session.log || exit 2
 echo "### headline_session.sh at $(date -u +%FT%TZ), commit $PEAGLE_LAB_COMMIT, running in $SNAP"
 [ "$SMOKE" = 1 ] || shipped_heads || exit 2

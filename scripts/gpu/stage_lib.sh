@@ -1,5 +1,8 @@
 # The stage runner of the GPU session scripts (sweep_session_h200.sh, baseline_depth_session.sh,
 # headline_session.sh), sourced by them:
+#   session_paths           makes $OUT (required) and turns it and $PYTHON (python3) into absolute paths: OUT, PY
+#   whole_numbers VAR...    returns 2, naming it, when a set VAR is not a positive whole number
+#   known_stages NAME...    returns 2, naming it, when $SKIP names a stage not among NAME...
 #   session_start SNAP LOG  copies the tree to SNAP (outside the tree and $OUT; without .git, .venv, .stage and
 #                           caches), moves there, exports the offline environment for $PY and sends every later line
 #                           to $OUT/LOG too; returns 2 with the reason when it cannot
@@ -40,4 +43,22 @@ shipped_heads() {
          "(source scripts/gpu/stage_vllm_h200.sh in the call that carries its last part)"
     return 2
   done
+}
+whole_numbers() {
+  local v
+  for v; do
+    case ${!v:-1} in ''|*[!0-9]*|0) echo "$v='${!v}' is not a positive whole number"; return 2 ;; esac
+  done
+}
+known_stages() {
+  local s
+  for s in ${SKIP:-}; do
+    case " $* " in *" $s "*) ;; *) echo "SKIP: unknown stage '$s' (expected one of: $*)"; return 2 ;; esac
+  done
+}
+session_paths() {
+  [ -n "${OUT:-}" ] || { echo "set OUT to the output folder"; return 2; }
+  mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd) || return 2
+  PY=${PYTHON:-python3}
+  case $PY in */*) PY=$(cd "$(dirname "$PY")" && pwd)/$(basename "$PY") ;; esac
 }
