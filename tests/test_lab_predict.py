@@ -349,7 +349,7 @@ def test_continuous_check_text_picks_up_a_continuous_sweep_once_committed(tmp_pa
     (tmp_path / "docs/results/h100/answer_length/a/bench.json").write_text(json.dumps(doc))
     text = scale_report.continuous_check_text(scale)
     assert text.startswith("continuous batching: docs/results/h100/answer_length/a/bench.json")
-    assert "the scale lab's runs: steps attending to 172 tokens" in text  # each cell's step read at its context
+    assert "the scale lab's uniform runs: steps attending to 172 tokens" in text  # each cell's step read at its context
     assert "cells at c = 64 kept" not in text  # the rows stayed busy: nothing to say about emptied batches
 
 

@@ -51,8 +51,11 @@ def test_context_text_names_the_runs_and_each_cells_context():
     cells = [{"workload": "code", "concurrency": 64, "context": ctx} for ctx in (290.0, 310.0)]
     cells.append({"workload": "chat", "concurrency": 1, "context": None})
     text = scale_report.context_text(scale, cells)
-    assert "steps attending to 172, 652 tokens" in text
+    assert "steps attending to 172, 652 tokens" in text and "ragged" not in text
     assert "code, c = 64: steps attend to 290-310 tokens" in text and "chat" not in text
+    scale["ragged"] = [{"grid": {"prompt_tokens": 300, "prompt_range": [50, 550], "new_tokens": 24}, "costs": []}]
+    cells[0]["step_runs"] = "ragged"
+    assert "ragged runs (prompts drawn from 50-550 tokens): 1 of 3 cells" in scale_report.context_text(scale, cells)
 
 
 @pytest.mark.parametrize("command, expected", [("x --shapes 1,1,8,2,4 9,1,8 --out y", [(2, 4), (0, 0)]),

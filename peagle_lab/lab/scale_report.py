@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from ..bench.archive import run_folders
-from ..bench.scale_costs import carried_to, expert_bound_moe, step_context
+from ..bench.scale_costs import carried_to, expert_bound_moe, prompt_range, step_context
 from ..hardware import bandwidth_ratio, preset_of
 from ..provenance import REPO
 from . import predict
@@ -153,10 +153,17 @@ def continuous_check_text(scale: Mapping) -> str:
 
 
 def context_text(scale: Mapping, cells: Sequence[Mapping]) -> str:
-    """The contexts the check's cells attend to beside the scale-lab runs their steps are read between."""
+    """The contexts the check's cells attend to beside the scale-lab runs their steps are read between: uniform
+    runs (every request one prompt length) and, where committed, ragged ones (prompts drawn from a range)."""
     measured = ", ".join(f"{step_context(r):.0f}" for r in predict.context_runs(scale))
-    lines = [f"the scale lab's runs: steps attending to {measured} tokens; each cell's step is read at its own "
-             f"context, linear between the two runs around it (the nearest run past either end)"]
+    lines = [f"the scale lab's uniform runs: steps attending to {measured} tokens; each cell's step is read at its "
+             f"own context, linear between the two runs around it (the nearest run past either end)"]
+    ragged = predict.ragged_runs(scale)
+    if ragged:
+        ranges = ", ".join("{}-{}".format(*prompt_range(r)) for r in ragged)
+        used = sum(x.get("step_runs") == "ragged" for x in cells)
+        lines.append(f"ragged runs (prompts drawn from {ranges} tokens): {used} of {len(cells)} cells, those with more "
+                     f"than one busy row, read their step there")
     for wl, c in sorted({(x["workload"], x["concurrency"]) for x in cells if x.get("context") is not None}):
         ctx = [x["context"] for x in cells if (x["workload"], x["concurrency"]) == (wl, c) and x.get("context")]
         lines.append(f"  {wl}, c = {c}: steps attend to {min(ctx):.0f}-{max(ctx):.0f} tokens on average")
