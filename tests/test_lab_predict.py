@@ -224,14 +224,23 @@ def test_committed_gpu_runs_replace_the_cpu_rehearsal_and_merge(tmp_path, monkey
     cpu.write_text(json.dumps(_run("CPU", "2026-12-06", ["gpt-oss-20b"])))
     monkeypatch.setattr(scale_runs, "REPO", tmp_path)
     assert predict.load_scale()[1] == predict.CPU_SCALE
-    runs = (("h100/scale", _run("H100", "2026-12-06T04:00", ["smollm2-135m", "gpt-oss-20b"])),
-            ("h100/scale/2026-12-06b", _run("H100", "2026-12-06T04:40", ["gpt-oss-20b", "gpt-oss-20b+moe"])),
-            ("h200/scale", _run("H200", "2026-12-05", ["llama-3.1-8b"])))
+    longer = _run("H100", "2026-12-06T04:50", ["gpt-oss-20b"])
+    longer["grid"]["prompt_tokens"] = 320  # a uniform run at another context: it goes to "contexts"
+    # run folders (archive.run_folders) and their sub-folders; neither folder names nor paths sort by date
+    runs = (("h100/scale/2026-12-06-fbbbbbb", _run("H100", "2026-12-06T04:00", ["smollm2-135m", "gpt-oss-20b"])),
+            ("h100/scale/2026-12-06-fbbbbbb/ctx320", longer),
+            ("h100/scale/2026-12-06-0aaaaaa/moe", _run("H100", "2026-12-06T04:40", ["gpt-oss-20b", "gpt-oss-20b+moe"])),
+            ("h200/scale/2026-12-05-ccccccc", _run("H200", "2026-12-05", ["llama-3.1-8b"])))
     for folder, doc in runs:
         (tmp_path / "docs/results" / folder).mkdir(parents=True, exist_ok=True)
         (tmp_path / "docs/results" / folder / "scale.json").write_text(json.dumps(doc))
+    newest_first = [runs[i][0] for i in (1, 2, 0, 3)]
+    assert predict.scale_files() == [tmp_path / "docs/results" / f / "scale.json" for f in newest_first] + [cpu]
     doc, path = predict.load_scale()
-    assert path == "docs/results/h100/scale/2026-12-06b/scale.json + docs/results/h100/scale/scale.json"
+    assert path == ("docs/results/h100/scale/2026-12-06-0aaaaaa/moe/scale.json + "
+                    "docs/results/h100/scale/2026-12-06-fbbbbbb/scale.json + "
+                    "docs/results/h100/scale/2026-12-06-fbbbbbb/ctx320/scale.json")  # the defaults, then contexts
+    assert [c["grid"]["prompt_tokens"] for c in doc["contexts"]] == [320]
     assert predict.shapes_of(doc) == ["smollm2-135m", "gpt-oss-20b", "gpt-oss-20b+moe"]  # the H200 run: another device
     assert [(r["shape"], r["run"]) for r in doc["rows"]] == [("gpt-oss-20b", "2026-12-06T04:40"),  # newest wins
                                                              ("smollm2-135m", "2026-12-06T04:00")]
@@ -289,17 +298,19 @@ def _sweep(date, continuous):
 
 def test_answer_sweep_tells_static_from_continuous_batching(tmp_path, monkeypatch):
     monkeypatch.setattr(predict, "REPO", tmp_path)
-    for folder, doc in (("h100/answer_length/a", _sweep("2026-12-06T03:45", 0)),
-                        ("h200/answer_length/b", _sweep("2026-12-01", 0))):
+    static = "docs/results/h100/answer_length/2026-12-06-aaaaaaa/bench.json"
+    for folder, doc in (("h100/answer_length/2026-12-06-aaaaaaa", _sweep("2026-12-06T03:45", 0)),
+                        ("h200/answer_length/2026-12-01-bbbbbbb", _sweep("2026-12-01", 0))):  # older, listed last
         (tmp_path / "docs/results" / folder).mkdir(parents=True)
         (tmp_path / "docs/results" / folder / "bench.json").write_text(json.dumps(doc))
-    assert predict.answer_sweep()[1] == "docs/results/h100/answer_length/a/bench.json"
-    with pytest.raises(ValueError, match="continuous-batching"):
+    assert predict.answer_sweep()[1] == static
+    with pytest.raises(ValueError, match="no continuous-batching answer-length sweep among the 2"):
         predict.answer_sweep(continuous=True)
-    (tmp_path / "docs/results/h100/answer_length/c").mkdir(parents=True)
-    (tmp_path / "docs/results/h100/answer_length/c/bench.json").write_text(json.dumps(_sweep("2026-12-06T07:30", 4)))
-    assert predict.answer_sweep(continuous=True)[1] == "docs/results/h100/answer_length/c/bench.json"
-    assert predict.answer_sweep()[1] == "docs/results/h100/answer_length/a/bench.json"  # the newer one batches differently
+    served = tmp_path / "docs/results/h100/answer_length/2026-12-06-ccccccc"
+    served.mkdir(parents=True)
+    (served / "bench.json").write_text(json.dumps(_sweep("2026-12-06T07:30", 4)))
+    assert predict.answer_sweep(continuous=True)[1] == "docs/results/h100/answer_length/2026-12-06-ccccccc/bench.json"
+    assert predict.answer_sweep()[1] == static  # the newer one batches differently
 
 
 def test_occupancy_text_reads_the_sweeps_batches():
@@ -341,14 +352,15 @@ def test_continuous_check_text_picks_up_a_continuous_sweep_once_committed(tmp_pa
 
     scale = {"costs": _costs("smollm2-135m", (1, 64)), "grid": {"prompt_tokens": 160, "new_tokens": 24}}
     monkeypatch.setattr(predict, "REPO", tmp_path)
-    (tmp_path / "docs/results/h100/answer_length/a").mkdir(parents=True)
+    served = tmp_path / "docs/results/h100/answer_length/2026-12-06-aaaaaaa"  # a run folder (archive.run_folders)
+    served.mkdir(parents=True)
     assert "no continuous-batching answer-length sweep" in scale_report.continuous_check_text(scale)
     doc = _sweep("2026-12-06T07:30", 4)
     doc["run_info"]["device"] = "NVIDIA H100 80GB HBM3"
     doc["rows"] = [_row(m, 2, 64, num_steps=10, row_steps=630, continuous=True) for m in ("eagle3", "peagle")]
-    (tmp_path / "docs/results/h100/answer_length/a/bench.json").write_text(json.dumps(doc))
+    (served / "bench.json").write_text(json.dumps(doc))
     text = scale_report.continuous_check_text(scale)
-    assert text.startswith("continuous batching: docs/results/h100/answer_length/a/bench.json")
+    assert text.startswith("continuous batching: docs/results/h100/answer_length/2026-12-06-aaaaaaa/bench.json")
     assert "the scale lab's uniform runs: steps attending to 172 tokens" in text  # each cell's step read at its context
     assert "cells at c = 64 kept" not in text  # the rows stayed busy: nothing to say about emptied batches
 

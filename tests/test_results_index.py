@@ -4,8 +4,10 @@ picks the newest run, the heads table equals the training evaluations it names, 
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -91,6 +93,34 @@ def test_a_folder_without_run_info_or_dated_name_is_refused(tmp_path):
     assert (run.source, run.date, run.commit) == ("", "2026-12-01", "abc1234")
     with pytest.raises(ValueError, match="no JSON with a run_info"):
         archive.read_run_info(tmp_path / "h200/soak")
+
+
+def test_run_folders_parse_again_only_what_changed(tmp_path, monkeypatch):
+    """The run_info cache: a new run folder is found after a first call, a settled folder is not parsed twice, a
+    rewritten JSON is, and a caller editing a run_info edits its own copy."""
+    def run(name: str, date: str, settled: bool = True) -> Path:
+        (tmp_path / "h200/soak" / name).mkdir(parents=True, exist_ok=True)
+        path = tmp_path / "h200/soak" / name / "soak.json"
+        path.write_text(json.dumps({"run_info": {"commit": name[11:] + "0" * 33, "date": date}}))
+        if settled:  # written a minute ago: older than archive.SETTLED_NS
+            os.utime(path, (time.time() - 60, time.time() - 60))
+        return path
+
+    first = run("2026-12-01-abc1234", "2026-12-01T10:00:00")
+    assert [r.ran for r in run_folders("h200", "soak", tmp_path)] == ["2026-12-01T10:00:00"]
+    parsed = []
+    load = archive._load
+    monkeypatch.setattr(archive, "_load", lambda p: parsed.append(p.parent.name) or load(p))
+    run("2026-12-02-def5678", "2026-12-02T10:00:00")
+    assert [r.name for r in run_folders("h200", "soak", tmp_path)] == ["2026-12-01-abc1234", "2026-12-02-def5678"]
+    assert parsed == ["2026-12-02-def5678"]  # the settled folder came from the cache
+    run_folders("h200", "soak", tmp_path)[0].run_info["date"] = "edited by a caller"
+    assert run_folders("h200", "soak", tmp_path)[0].ran == "2026-12-01T10:00:00"
+    assert parsed == ["2026-12-02-def5678"]  # three calls, each folder parsed once
+    run("2026-12-01-abc1234", "2026-12-03T10:00:00", settled=False)  # rewritten in place, now
+    assert latest("h200", "soak", tmp_path) == first.parent
+    assert [r.ran for r in run_folders("h200", "soak", tmp_path)] == ["2026-12-02T10:00:00", "2026-12-03T10:00:00"]
+    assert parsed.count("2026-12-01-abc1234") == 2  # younger than SETTLED_NS: not kept, parsed on each call
 
 
 def test_a_new_run_folder_lands_in_the_index(tmp_path):

@@ -15,11 +15,13 @@ import argparse
 import json
 import re
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
 
-RESULTS = Path(__file__).resolve().parents[2] / "docs" / "results"
+RESULTS_DIR = "docs/results"  # the archive, relative to the repository root
+RESULTS = Path(__file__).resolve().parents[2] / RESULTS_DIR
 FOLDER = re.compile(r"^(\d{4}-\d{2}-\d{2})-([0-9a-f]{7,40})$")  # <date>-<commit>
 DEVICES = ("h100", "h200")  # device folders laid out in run folders (cpu/ is listed file by file)
 # cpu/ files rewritten in place by a command whose own staleness test checks the pages that quote them
@@ -164,13 +166,39 @@ def read_run_info(folder: Path) -> tuple[dict, str]:
     return {"date": match[1], "commit": match[2], "device": ", ".join(gpus), **versions}, ""
 
 
+# read_run_info's answers by folder, with the (file, mtime, size) of the JSON they were read from
+_RUN_INFO: dict[Path, tuple[tuple, tuple[dict, str]]] = {}
+SETTLED_NS = 2_000_000_000  # a file this much older than the read is settled: a rewrite would change its mtime
+
+
+def _run_info_cached(folder: Path) -> tuple[dict, str]:
+    """``read_run_info(folder)``, read again only where the folder's JSON files (names, mtimes, sizes) changed.
+
+    A file's mtime ticks coarsely (a few ms), so a file rewritten within one tick at the same size keeps its stamp:
+    answers from files younger than ``SETTLED_NS`` are therefore not kept (git's "racy" rule). The listing of run
+    folders is never cached: a new run folder is found on the next call.
+    """
+    stats = [(p, p.stat()) for p in _candidates(folder)]
+    key = tuple((p.relative_to(folder).as_posix(), s.st_mtime_ns, s.st_size) for p, s in stats)
+    folder = folder.absolute()
+    if folder in _RUN_INFO and _RUN_INFO[folder][0] == key:
+        info, source = _RUN_INFO[folder][1]
+        return dict(info), source  # a copy: a caller editing its run_info leaves the cache as it was
+    info, source = read_run_info(folder)
+    if all(time.time_ns() - s.st_mtime_ns > SETTLED_NS for _, s in stats):
+        _RUN_INFO[folder] = key, (dict(info), source)
+    return info, source
+
+
 def run_folders(device: str | None = None, topic: str | None = None, root: Path = RESULTS) -> list[RunFolder]:
     """Every run folder under ``root``, by device, topic, then oldest to newest (see ``latest``); an empty
-    ``<date>-<commit>`` folder (git keeps none) is not a run.
+    ``<date>-<commit>`` folder (git keeps none) is not a run. The folders are listed afresh on every call; each
+    one's run_info is parsed again only where its JSON files changed (``_run_info_cached``).
 
     Args:
         device: only this device folder (``"h200"``, ``"h100"``); None: every one in ``DEVICES``.
         topic: only this topic; None: every topic.
+        root: the archive (``RESULTS``; a repository elsewhere passes its own ``<repo>/RESULTS_DIR``).
     """
     runs = []
     for dev in (device,) if device else DEVICES:
@@ -180,7 +208,7 @@ def run_folders(device: str | None = None, topic: str | None = None, root: Path 
             for folder in sorted(p for p in topic_dir.iterdir() if p.is_dir() and FOLDER.match(p.name)):
                 if not any(p.is_file() for p in folder.rglob("*")):
                     continue
-                info, source = read_run_info(folder)
+                info, source = _run_info_cached(folder)
                 date, commit = FOLDER.match(folder.name).groups()
                 runs.append(RunFolder(folder, dev, topic_dir.name, date, commit, source, info))
     return sorted(runs, key=lambda r: (r.device, r.topic, r.ran, r.name))

@@ -34,25 +34,29 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 
+from ..bench import archive
 from ..bench.scale_costs import carried_to, step_costs, step_costs_at_context, step_costs_at_rows, step_costs_ragged
 from ..provenance import REPO
 from .kmodel import METHODS, Acceptance, acceptance_length, measured_decode_tps
 from .paper import HUMANEVAL_AL, PAPER_AL, SPEED_BENCH_SPEEDUP
-from .scale_runs import CPU_SCALE, SCALE_GLOB, context_runs, load_scale, merge_scale, ragged_runs, scale_files
+from .scale_runs import CPU_SCALE, SCALE_FILE, SCALE_TOPIC, context_runs, load_scale, merge_scale, ragged_runs, scale_files
 
 __all__ = ["fit_geometric", "paper_acceptance", "measured_acceptance", "al_at", "predicted_tps", "best_k",
            "speedup_table", "check_against_bench", "check_summary", "baseline_strength", "load_scale",
            "tps_curves", "step_split", "usable_ks", "workloads_of", "code_workload", "drafting_cost_to_match", "shapes_of", "concurrencies_of", "depths_of",
-           "SCALE_GLOB", "CPU_SCALE", "scale_files", "merge_scale",
-           "ANSWER_SWEEPS", "answer_sweep", "busy_rows", "row_context", "context_runs", "ragged_runs", "PEAGLE_DEPTH", "KS"]
+           "SCALE_TOPIC", "SCALE_FILE", "CPU_SCALE", "scale_files", "merge_scale",
+           "ANSWER_TOPIC", "ANSWER_FILE", "answer_sweep", "busy_rows", "row_context", "context_runs", "ragged_runs", "PEAGLE_DEPTH", "KS"]
 
 KS = tuple(range(1, 9))
 PEAGLE_DEPTH = 4  # the shipped P-EAGLE head's layers (and the paper's GPT-OSS 20B drafter's)
-ANSWER_SWEEPS = "docs/results/*/answer_length/*/bench.json"  # answers decoded to EOS, the shipped heads
+# answers decoded to EOS, the shipped heads: the bench.json of a docs/results/<device>/answer_length/ run folder
+ANSWER_TOPIC = "answer_length"
+ANSWER_FILE = "bench.json"
 
 
 def answer_sweep(continuous: bool = False) -> tuple[dict, str]:
-    """(the newest answer-length sweep by its date, its path): real answers to EOS, the paper's protocol.
+    """(the newest answer-length sweep by its run_info date, its path relative to the repository): real answers to
+    EOS, the paper's protocol; the ``ANSWER_FILE`` of a run folder of ``ANSWER_TOPIC`` on any device.
 
     Args:
         continuous: False, the newest whose cells at c > 1 ran as static batches (``config.continuous`` 0, the
@@ -61,11 +65,13 @@ def answer_sweep(continuous: bool = False) -> tuple[dict, str]:
     Raises:
         ValueError: none of that kind is committed.
     """
-    found = [(json.loads(p.read_text()), p) for p in REPO.glob(ANSWER_SWEEPS)]
-    found = [(d, p) for d, p in found if bool((d.get("config") or {}).get("continuous")) == continuous]
+    runs = archive.run_folders(topic=ANSWER_TOPIC, root=REPO / archive.RESULTS_DIR)
+    sweeps = [(json.loads(p.read_text()), p) for run in runs if (p := run.path / ANSWER_FILE).is_file()]
+    found = [(d, p) for d, p in sweeps if bool((d.get("config") or {}).get("continuous")) == continuous]
     if not found:
         kind = "continuous-batching" if continuous else "static-batch"
-        raise ValueError(f"no {kind} answer-length sweep matches {ANSWER_SWEEPS}")
+        raise ValueError(f"no {kind} answer-length sweep among the {len(sweeps)} committed under {REPO} "
+                         f"({archive.RESULTS_DIR}/<device>/{ANSWER_TOPIC}/<date>-<commit>/{ANSWER_FILE})")
     doc, path = max(found, key=lambda dp: (dp[0].get("run_info") or {}).get("date", ""))
     return doc, str(path.relative_to(REPO))
 

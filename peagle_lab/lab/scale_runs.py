@@ -19,21 +19,27 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+from ..bench import archive
 from ..bench.scale import PROMPT_TOKENS, SHAPES
 from ..bench.scale_costs import prompt_range
 from ..provenance import REPO
 
-__all__ = ["SCALE_GLOB", "CPU_SCALE", "scale_files", "merge_scale", "context_runs", "ragged_runs", "load_scale"]
+__all__ = ["SCALE_TOPIC", "SCALE_FILE", "CPU_SCALE", "scale_files", "merge_scale", "context_runs", "ragged_runs",
+           "load_scale"]
 
-# the scale lab's JSON: a GPU run (docs/results/<device>/scale/, any folder depth) where one is committed, the
-# newest by its date, else the CPU rehearsal (tiny shapes)
-SCALE_GLOB = "docs/results/*/scale/**/scale.json"
-CPU_SCALE = "docs/results/cpu/scale/scale.json"
+# the scale lab's JSON: a GPU run (a docs/results/<device>/scale/<date>-<commit>/ run folder, or a sub-folder of
+# one, as ctx320/ or ragged_50-550/) where one is committed, the newest by its date, else the CPU rehearsal (tiny
+# shapes)
+SCALE_TOPIC = "scale"
+SCALE_FILE = "scale.json"
+CPU_SCALE = f"{archive.RESULTS_DIR}/cpu/scale/{SCALE_FILE}"
 
 
 def scale_files() -> list[Path]:
-    """The committed scale-lab JSONs in the order ``load_scale`` prefers them: GPU runs newest first, then the CPU's."""
-    gpu = [p for p in REPO.glob(SCALE_GLOB) if p != REPO / CPU_SCALE]
+    """The committed scale-lab JSONs in the order ``load_scale`` prefers them: GPU runs newest first by their
+    ``date`` (every ``SCALE_FILE`` in the run folders of ``SCALE_TOPIC``, sub-folders included), then the CPU's."""
+    runs = archive.run_folders(topic=SCALE_TOPIC, root=REPO / archive.RESULTS_DIR)
+    gpu = [p for run in runs for p in sorted(run.path.rglob(SCALE_FILE))]
     gpu.sort(key=lambda p: json.loads(p.read_text()).get("date", ""), reverse=True)
     return gpu + [REPO / CPU_SCALE]
 
