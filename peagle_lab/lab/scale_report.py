@@ -29,7 +29,9 @@ NAMES = {"eagle3": "EAGLE-3", "peagle": "P-EAGLE"}
 def scale_summary(scale: Mapping, path: str) -> str:
     """Where the scale lab's numbers come from, and what it measured."""
     shapes = predict.shapes_of(scale)
-    lines = [f"scale lab: {path}", f"  device {scale['device']}, torch {scale['torch']}, {scale['date'][:10]}",
+    files = path.split(" + ")
+    lines = [f"scale lab: {files[0]}", *(f"  + {f}" for f in files[1:]),
+             f"  device {scale['device']}, torch {scale['torch']}, {scale['date'][:10]}",
              f"  {len(scale['rows'])} engine cells in {scale['wall_s']} s; shapes: {', '.join(shapes)}"]
     missing = [s for s in scale["grid"]["shapes"] if s not in shapes]
     if missing:
@@ -337,11 +339,11 @@ def baseline_text(bench: Mapping, workloads: Sequence[str] | None = None) -> str
         for m in METHODS:
             if f"ours_{m}" in s:
                 o = s[f"ours_{m}"]
-                lines.append(f"ours, {wl:<5} {NAMES[m]:<8} AL(3) {o['al3']:.2f}  AL(7) {o['al7']:.2f}  gain {o['gain']:+.2f}")
+                lines.append(f"{'ours, ' + wl:<17} {NAMES[m]:<8} AL(3) {o['al3']:.2f}  AL(7) {o['al7']:.2f}  gain {o['gain']:+.2f}")
     paper = predict.baseline_strength(bench, workloads[0])
     for m in METHODS:
         p = paper[f"paper_{m}"]
-        lines.append(f"paper, HumanEval {NAMES[m]:<8} AL(3) {p['al3']:.2f}  AL(7) {p['al7']:.2f}  gain {p['gain']:+.2f}")
+        lines.append(f"{'paper, HumanEval':<17} {NAMES[m]:<8} AL(3) {p['al3']:.2f}  AL(7) {p['al7']:.2f}  gain {p['gain']:+.2f}")
     lead = paper["paper_peagle"]["al7"] / paper["paper_eagle3"]["al7"]
     lines.append(f"P-EAGLE's AL over EAGLE-3's at K = 7: the paper {lead:.2f}x (HumanEval)")
     for wl in workloads:
