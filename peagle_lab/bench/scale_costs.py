@@ -14,7 +14,7 @@ from __future__ import annotations
 from ..hardware import DEVICES, bandwidth_ratio, preset_of
 
 __all__ = ["PARTS", "full_depth_costs", "layer_check", "step_costs", "step_costs_at_rows", "step_costs_at_context",
-           "step_context", "prompt_range", "step_costs_ragged", "carried_to",
+           "step_context", "prompt_range", "has_costs", "step_costs_ragged", "carried_to",
            "experts_read", "expert_bound_moe"]
 
 PARTS = ("verify_ms", "prep_ms", "draft_ms", "host_ms", "step_ms")
@@ -168,6 +168,16 @@ def step_context(doc: dict) -> float:
     return float(prompt + grid["new_tokens"] / 2)
 
 
+def has_costs(doc: Mapping, shape: str, method: str, depth: int = 1) -> bool:
+    """Whether the run ``doc`` has costs for ``method`` at ``shape`` (EAGLE-3's drafter: depth 1, whatever ``depth``).
+
+    >>> has_costs({"costs": [{"shape": "s", "method": "eagle3", "depth": 1}]}, "s", "eagle3", 4)
+    True
+    """
+    depth = 1 if method == "eagle3" else depth
+    return any(r["shape"] == shape and r["method"] == method and r["depth"] == depth for r in doc["costs"])
+
+
 def step_costs_at_context(runs: list[dict], shape: str, method: str, k: int, rows: float, context: float,
                           depth: int = 1) -> dict:
     """:func:`step_costs_at_rows` at a step's mean ``context`` (tokens), linear between the two runs of ``runs``
@@ -185,9 +195,7 @@ def step_costs_at_context(runs: list[dict], shape: str, method: str, k: int, row
         ValueError: no run has costs for ``shape`` and ``method`` at ``depth``.
     """
     depth = 1 if method == "eagle3" else depth
-    have = sorted(((step_context(d), d) for d in runs if any(
-        r["shape"] == shape and r["method"] == method and r["depth"] == depth for r in d["costs"])),
-        key=lambda cd: cd[0])
+    have = sorted(((step_context(d), d) for d in runs if has_costs(d, shape, method, depth)), key=lambda cd: cd[0])
     if not have:
         raise ValueError(f"no run has {method} costs at depth {depth} for shape={shape!r}")
     lo = max([cd for cd in have if cd[0] <= context], default=have[0], key=lambda cd: cd[0])
@@ -219,9 +227,10 @@ def step_costs_ragged(uniform: list[dict], ragged: list[dict], shape: str, metho
         return sorted({r["concurrency"] for d in runs for r in d["costs"]
                        if r["shape"] == shape and r["method"] == method and r["depth"] == depth})
 
-    if not measured(ragged):
+    ragged_cs = measured(ragged)
+    if not ragged_cs:
         raise ValueError(f"no ragged run has {method} costs at depth {depth} for shape={shape!r}")
-    low = measured(ragged)[0]
+    low = ragged_cs[0]
     if rows >= low:
         return step_costs_at_context(ragged, shape, method, k, rows, context, depth)
     below = [c for c in measured(uniform) if c <= rows] or [rows]

@@ -35,7 +35,8 @@ import json
 from collections.abc import Mapping, Sequence
 
 from ..bench import archive
-from ..bench.scale_costs import carried_to, step_costs, step_costs_at_context, step_costs_at_rows, step_costs_ragged
+from ..bench.scale_costs import (carried_to, has_costs, step_costs, step_costs_at_context, step_costs_at_rows,
+                                 step_costs_ragged)
 from ..provenance import REPO
 from .kmodel import METHODS, Acceptance, acceptance_length, measured_decode_tps
 from .paper import HUMANEVAL_AL, PAPER_AL, SPEED_BENCH_SPEEDUP
@@ -304,9 +305,7 @@ def _cell_step(scale: Mapping, shape: str, method: str, k: int, rows: float, con
     """
     if context is None:
         return step_costs_at_rows(scale, shape, method, k, rows, depth)["step_ms"], "uniform"
-    d = 1 if method == "eagle3" else depth
-    ragged = [run for run in ragged_runs(scale) if any(
-        r["shape"] == shape and r["method"] == method and r["depth"] == d for r in run["costs"])]
+    ragged = [run for run in ragged_runs(scale) if has_costs(run, shape, method, depth)]
     if rows > 1 and ragged:
         step = step_costs_ragged(context_runs(scale), ragged, shape, method, k, rows, context, depth)
         return step["step_ms"], "ragged"
