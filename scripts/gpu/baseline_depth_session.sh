@@ -51,7 +51,7 @@ set -uo pipefail
 # copies the tree over this file cannot change what a running job does (the rest runs from the snapshot).
 main() {
 cd "$(dirname "$0")/../.."
-source scripts/gpu/stage_lib.sh  # session_paths, whole_numbers, known_stages, session_start, shipped_heads, stage
+source scripts/gpu/stage_lib.sh  # session_paths, whole_numbers, known_stages, session_start, shipped_heads, stage, stages_done
 session_paths || exit 2
 SMOKE=${SMOKE:-0}
 WORK=${WORK:-${TMPDIR:-/tmp}/peagle_train}
@@ -177,8 +177,6 @@ case " ${SKIP:-} " in *" suite "*) echo "### suite skipped (SKIP)" ;; *) suite ;
 stage train train
 [ -z "$SUITE_PID" ] || wait "$SUITE_PID"
 
-echo "{${STAGES%, }}" > "$OUT/stage_seconds.json"
-echo "### done in ${SECONDS}s: stage seconds {${STAGES%, }}${FAILED:+; failed:$FAILED}"
-[ -z "$FAILED" ]
+stages_done
 }
 main "$@"; exit  # on one line: bash reads no further in this file once main returns

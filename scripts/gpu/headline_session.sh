@@ -51,7 +51,7 @@
 set -uo pipefail
 main() {
 cd "$(dirname "$0")/../.."
-source scripts/gpu/stage_lib.sh  # session_paths, whole_numbers, known_stages, session_start, shipped_heads, stage
+source scripts/gpu/stage_lib.sh  # session_paths, whole_numbers, known_stages, session_start, shipped_heads, stage, stages_done
 session_paths || exit 2
 SMOKE=${SMOKE:-0} SESSION_BUDGET_S=${SESSION_BUDGET_S:-1380} CONTEXTS=${CONTEXTS:-320 640}
 RAGGED_RANGES=${RAGGED_RANGES:-50-550 50-1450}
@@ -143,8 +143,6 @@ suite() {
 }
 stage suite suite
 
-echo "{${STAGES%, }}" > "$OUT/stage_seconds.json"
-echo "### done in ${SECONDS}s: stage seconds {${STAGES%, }}${FAILED:+; failed:$FAILED}"
-[ -z "$FAILED" ]
+stages_done
 }
 main "$@"; exit  # on one line: bash reads no further in this file once main returns

@@ -1,5 +1,7 @@
 # The stage runner of the GPU session scripts (sweep_session_h200.sh, baseline_depth_session.sh,
 # headline_session.sh), sourced by them:
+#   stages_done             writes the stage seconds to $OUT/stage_seconds.json, prints them with the session's
+#                           seconds and the failed stages, and returns 1 when any stage failed
 #   session_paths           makes $OUT (required) and turns it and $PYTHON (python3) into absolute paths: OUT, PY
 #   whole_numbers VAR...    returns 2, naming it, when a set VAR is not a positive whole number
 #   known_stages NAME...    returns 2, naming it, when $SKIP names a stage not among NAME...
@@ -61,4 +63,9 @@ session_paths() {
   mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd) || return 2
   PY=${PYTHON:-python3}
   case $PY in */*) PY=$(cd "$(dirname "$PY")" && pwd)/$(basename "$PY") ;; esac
+}
+stages_done() {
+  echo "{${STAGES%, }}" > "$OUT/stage_seconds.json"
+  echo "### done in ${SECONDS}s: stage seconds {${STAGES%, }}${FAILED:+; failed:$FAILED}"
+  [ -z "$FAILED" ]
 }
