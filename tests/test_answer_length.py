@@ -41,3 +41,20 @@ def test_the_committed_summary_matches_its_bench_json():
     assert json.loads((src / "summary.json").read_text()) == json.loads(json.dumps(
         answer_length.summarize(answer_length.load_folder(src))))
     assert src.is_relative_to(RESULTS)
+
+
+def test_the_printed_summary_names_each_method_and_gives_plain_decoding_no_k():
+    """One line per (workload, c): plain decoding's tok/s alone (it drafts nothing), each speculative method's tok/s
+    at its best K with that K and its AL, then P-EAGLE / EAGLE-3; then one line per goal."""
+    src = _continuous_folder()
+    summary = json.loads((src / "summary.json").read_text())
+    lines = answer_length.render(summary).splitlines()
+    assert len(lines) == len(summary["columns"]) + len(summary["goals"])
+    for line, col in zip(lines, summary["columns"]):
+        b = col["best"]
+        assert line.startswith(f"{col['workload']:9s} c = {col['c']:<3d} plain {b['baseline']['tps']:.0f} tok/s  ")
+        assert "K=0" not in line and "AL 1.00" not in line and "baseline" not in line
+        assert f"EAGLE-3 {b['eagle3']['tps']:.0f} tok/s (K={b['eagle3']['k']}, AL {b['eagle3']['al']:.2f})" in line
+        assert f"P-EAGLE {b['peagle']['tps']:.0f} tok/s (K={b['peagle']['k']}, AL {b['peagle']['al']:.2f})" in line
+        assert line.endswith(f"P-EAGLE/EAGLE-3 {col['p_over_e3']:.2f}x")
+    assert lines[len(summary["columns"])].startswith(f"[{summary['goals'][0]['status']:4s}] ")

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from peagle_lab.bench.archive import latest
-from peagle_lab.bench.report import README_BEGIN, README_END, main, markdown_headline, replace_block
+from peagle_lab.bench.report import (README_BEGIN, README_END, headline_table, main, markdown_headline,
+                                     replace_block)
 from peagle_lab.bench.schema import BenchResult, BenchRow, read_json
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,6 +37,18 @@ def test_headline_takes_each_method_at_its_best_k_and_orders_rows_by_concurrency
     assert lines[2] == "| chat | 1 | 1000 (0.96 ms) | 1800 (3, 2.30) | 2160 (7, 2.65) | 1.20× | 2.16× |"
     assert lines[3] == "| chat | 64 | 5000 (0.96 ms) | — | 6000 (3, 2.00) | — | 1.20× |"  # no EAGLE-3 cell at c = 64
     assert len(lines) == 4  # temperature 1 rows stay out
+
+
+def test_the_console_table_names_its_temperature_column_and_shows_plain_decoding_without_k():
+    rows = [_row("baseline", 0, 1, 1000.0), _row("eagle3", 3, 1, 1800.0, al=2.3), _row("peagle", 7, 1, 2160.0, al=2.65),
+            _row("baseline", 0, 1, 900.0, temperature=1.0), _row("peagle", 7, 1, 1500.0, temperature=1.0)]
+    lines = headline_table(BenchResult({}, {}, rows)).splitlines()
+    assert lines[0].split() == ["workload", "temperature", "c", "plain", "tok/s", "EAGLE-3", "tok/s", "P-EAGLE",
+                                "tok/s", "P/E3", "P/plain"]
+    assert lines[1].split() == ["chat", "0", "1", "1000", "1800", "(K=3,", "AL", "2.30)", "2160", "(K=7,", "AL",
+                                "2.65)", "1.20×", "2.16×"]
+    assert lines[2].split()[:4] == ["chat", "1", "1", "900"] and lines[2].split()[4] == "—"  # no EAGLE-3 at T = 1
+    assert len({len(line) for line in lines}) == 1  # columns aligned
 
 
 def test_readme_flag_rewrites_only_the_block_and_a_page_without_markers_is_an_error(tmp_path, capsys):

@@ -23,6 +23,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from .analysis import best_k
+from .report import LABELS
 from .schema import BenchResult, read_json
 
 WORKLOADS = ("code", "mt_bench")
@@ -102,15 +103,29 @@ def load_folder(folder: Path | str) -> dict[str, BenchResult]:
             if any(r.workload == w for r in whole.rows)}
 
 
+def _method_cell(method: str, best: dict) -> str:
+    """``EAGLE-3 2265 tok/s (K=4, AL 3.15)``, or ``plain 991 tok/s``: plain decoding drafts nothing, so it has no K
+    and its AL is always 1."""
+    cell = f"{LABELS[method]} {best['tps']:.0f} tok/s"
+    return cell if method == "baseline" else f"{cell} (K={best['k']}, AL {best['al']:.2f})"
+
+
 def render(summary: dict) -> str:
-    """The summary as plain text: one line per column, then one per goal."""
+    """The summary as plain text: one line per column (each method at its best K), then one per goal.
+
+    >>> col = {"workload": "code", "c": 1, "p_over_e3": 1.363, "best": {
+    ...     "baseline": {"k": 0, "tps": 991.2, "al": 1.0}, "eagle3": {"k": 4, "tps": 2265.3, "al": 3.151},
+    ...     "peagle": {"k": 8, "tps": 3087.0, "al": 4.03}}}
+    >>> print(render({"columns": [col], "goals": []}))  # doctest: +NORMALIZE_WHITESPACE
+    code      c = 1   plain 991 tok/s  EAGLE-3 2265 tok/s (K=4, AL 3.15)  P-EAGLE 3087 tok/s (K=8, AL 4.03)
+    P-EAGLE/EAGLE-3 1.36x
+    """
     lines = []
     for col in summary["columns"]:
         b = col["best"]
-        cells = "  ".join(f"{m} K={b[m]['k']} {b[m]['tps']:.0f} tok/s AL {b[m]['al']:.2f}"
-                          for m in ("baseline", "eagle3", "peagle") if m in b)
+        cells = "  ".join(_method_cell(m, b[m]) for m in LABELS if m in b)
         ratio = f"{col['p_over_e3']:.2f}x" if col["p_over_e3"] is not None else "—"
-        lines.append(f"{col['workload']:9s} c={col['c']:<3d} P/E3 {ratio}  {cells}")
+        lines.append(f"{col['workload']:9s} c = {col['c']:<3d} {cells}  P-EAGLE/EAGLE-3 {ratio}")
     lines += [f"[{g['status']:4s}] {g['goal']}: {g['value'] if g['value'] is not None else '—'}"
               for g in summary["goals"]]
     return "\n".join(lines)
