@@ -86,13 +86,26 @@ def test_a_bad_knob_stops_the_session_before_the_data_stage(tmp_path, knobs, say
 
 # ---------------------------------------------------------------- sweep_session_h200.sh (the benchmark session)
 
-def _sweep_session(tmp_path, fail_match="", skip="", bench_flags="", **knobs):
-    """Run sweep_session_h200.sh with a stand-in python that logs its arguments (and fails on FAIL_MATCH)."""
-    tmp_path.mkdir(parents=True, exist_ok=True)
+SWEEP_SCRIPTS = ("sweep_session_h200.sh", "stage_lib.sh", "bench_h200.sh", "scale_lab_gpu.sh", "gpu_tests.sh")
+
+
+def _sweep_session(tmp_path, fail_match="", skip="", bench_flags="", on_bench="", heads=True, **knobs):
+    """Run a copy of sweep_session_h200.sh and the scripts it calls beside a stand-in python, which logs its arguments
+    (and its working folder to CALLS.cwd), fails on FAIL_MATCH, runs ON_BENCH in each bench call, and answers doctor
+    with whether the shipped EAGLE-3 head's weights are where it runs."""
+    repo = tmp_path / "repo"
+    (repo / "scripts" / "gpu").mkdir(parents=True)
+    for name in SWEEP_SCRIPTS:
+        shutil.copy(REPO / "scripts" / "gpu" / name, repo / "scripts" / "gpu")
+    for m in ("eagle3", "peagle"):  # as in a tree whose heads' weights travel in the bundle, when not heads
+        (repo / "peagle_lab" / "heads" / m).mkdir(parents=True)
+        (repo / "peagle_lab" / "heads" / m / ("model.safetensors" if heads else "config.json")).write_bytes(b"")
     fake = tmp_path / "python"
-    fake.write_text('#!/bin/bash\necho "$*" >> "$CALLS"\n'
+    fake.write_text('#!/bin/bash\necho "$*" >> "$CALLS"\necho "$PWD" >> "$CALLS.cwd"\n'
                     '[ -n "$FAIL_MATCH" ] && [[ "$*" == *"$FAIL_MATCH"* ]] && exit 3\n'
-                    '[[ "$*" == *"doctor --json"* ]] && echo "{\\"ok\\": true}"\n'
+                    '[[ "$*" == *"peagle_lab.bench.cli"* ]] && eval "$ON_BENCH"\n'
+                    '[[ "$*" == *"doctor --json"* ]] && { [ -f peagle_lab/heads/eagle3/model.safetensors ] \\\n'
+                    '  && echo "{\\"heads\\": true}" || echo "{\\"heads\\": false}"; }\n'
                     '[ "$1 $2 $3" = "-m peagle_lab.bench.scale --out" ] && echo "{}" > "$4"\nexit 0\n')
     fake.chmod(0o755)
     model = tmp_path / "cache" / "models" / "SmolLM2-135M-Instruct"
@@ -101,9 +114,10 @@ def _sweep_session(tmp_path, fail_match="", skip="", bench_flags="", **knobs):
     out, calls = tmp_path / "out", tmp_path / "calls.log"
     env = {"PATH": "/usr/bin:/bin", "OUT": str(out), "PYTHON": str(fake), "CALLS": str(calls), "FAIL_MATCH": fail_match,
            "PEAGLE_LAB_CACHE": str(tmp_path / "cache"), "PEAGLE_LAB_COMMIT": "c0ffee", "SKIP": skip,
-           "BENCH_FLAGS": bench_flags, **knobs}
-    run = subprocess.run(["bash", "scripts/gpu/sweep_session_h200.sh"], cwd=REPO, capture_output=True, text=True,
-                         timeout=60, env=env)
+           "BENCH_FLAGS": bench_flags, "ON_BENCH": on_bench, "SNAPSHOT": str(tmp_path / "snap"),
+           "VLLM_STAGE_ROOT": str(tmp_path / "stage"), **knobs}
+    run = subprocess.run(["bash", str(repo / "scripts" / "gpu" / "sweep_session_h200.sh")], capture_output=True,
+                         text=True, timeout=60, env=env)
     return run, out, calls.read_text().splitlines() if calls.exists() else []
 
 
@@ -125,12 +139,12 @@ def test_sweep_session_runs_the_answer_stages_then_the_scale_lab_the_suite_and_d
     order = [next(i for i, c in enumerate(calls) if c.startswith(p)) for p in
              ("-m peagle_lab.bench.cli", "-m peagle_lab.bench.scale", "-m pytest -m gpu", "-m peagle_lab.cli doctor")]
     assert order == sorted(order)
-    assert json.loads((out / "doctor.json").read_text()) == {"ok": True}
+    assert json.loads((out / "doctor.json").read_text()) == {"heads": True}
     stages = ["answer_code", "answer_mt_bench", "scale_lab", "suite", "doctor"]
-    if not (REPO / "scripts/gpu/scale_lab_gpu.sh").is_file():
-        stages.remove("scale_lab")
     assert list(json.loads((out / "stage_seconds.json").read_text())) == stages
-    assert "commit c0ffee" in (out / "sweep_session.log").read_text()
+    log = (out / "sweep_session.log").read_text()
+    assert f"commit c0ffee, running in {tmp_path / 'snap'}" in log and "### done in" in log
+    assert set(Path(f"{tmp_path / 'calls.log'}.cwd").read_text().split()) == {str(tmp_path / "snap")}
 
 
 @pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
@@ -155,3 +169,30 @@ def test_sweep_session_gives_bench_flags_to_both_answer_stages_last_so_they_win(
     assert run.returncode == 0, run.stdout + run.stderr
     benches = _benches(calls)
     assert len(benches) == 2 and all(b.endswith(" --device cpu -c 1 2 --max-new-tokens 4") for b in benches)
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+def test_sweep_session_stops_before_any_stage_without_the_shipped_heads_and_takes_the_staged_copies(tmp_path):
+    run, out, calls = _sweep_session(tmp_path, heads=False)
+    assert run.returncode == 2 and "no weights in peagle_lab/heads/eagle3" in run.stdout and calls == []
+    for m in ("eagle3", "peagle"):  # stage_vllm_h200.sh's whole copies, for jobs that outlive a call
+        (tmp_path / "b" / "stage" / "heads" / m).mkdir(parents=True)
+        (tmp_path / "b" / "stage" / "heads" / m / "model.safetensors").write_bytes(b"w")
+    run, out, calls = _sweep_session(tmp_path / "b", heads=False, SKIP="answer_code answer_mt_bench scale_lab suite")
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert json.loads((out / "doctor.json").read_text()) == {"heads": True}
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+def test_a_later_call_that_copies_the_tree_without_weights_changes_nothing_under_the_sweep_session(tmp_path):
+    """A later call on the GPU machine copies the tree again, without the heads' weights and perhaps with a newer
+    script: the running session keeps its own code and heads to the end, doctor included."""
+    repo = tmp_path / "repo"
+    script = repo / "scripts" / "gpu" / "sweep_session_h200.sh"
+    later_call = (f'rm -f {repo}/peagle_lab/heads/*/model.safetensors; '
+                  f'{{ printf "#%.0s" $(seq 300); echo; cat "{script}"; }} > "{tmp_path}/new"; '
+                  f'cat "{tmp_path}/new" > "{script}"')
+    run, out, calls = _sweep_session(tmp_path, on_bench=later_call, SKIP="suite")
+    assert run.returncode == 0 and "syntax error" not in run.stderr, run.stdout + run.stderr
+    assert script.read_text().startswith("#" * 300) and not list(repo.rglob("*.safetensors"))
+    assert json.loads((out / "doctor.json").read_text()) == {"heads": True}
