@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
-# Follow a training session that runs in the background on the GPU machine across several calls:
+# Follow a job (a training or benchmark session) that runs in the background on the GPU machine across several calls:
 #   setsid nohup bash -c 'bash scripts/gpu/train_heads_h200.sh; echo $? > /tmp/pipeline.rc' > /tmp/pipeline.log 2>&1 &
 #   bash scripts/gpu/h200_wait.sh 560     # in this call and the next ones, until it reports done
 # Prints new "###" and progress lines every 20 s for up to SECONDS, then the log's tail; once the
 # session is done, copies its outputs (/tmp/pipeline_out) into $OUT, small files first, up to
 # FETCH_BYTES (56 MiB) a call: a call brings back about 64 MiB, and two 32k-vocabulary heads alone make six
-# 15 MiB parts (eighth session). What did not fit is listed; the next call fetches it with
+# 15 MiB parts. What did not fit is listed; the next call fetches it with
 #   bash scripts/gpu/h200_wait.sh 0       # (within 30 s, while the machine is warm) until nothing is left
 # FETCH_HEADS="NAME ..." (heads of $SHIP/heads, default /tmp/peagle_train/ship/heads) fetches those heads alone,
 # each as head-NAME.tar.part-N (reassemble: cat head-NAME.tar.part-* | tar -x), instead of heads.tgz, which holds
-# every run's head: three runs' heads made 12 parts in the 31st session, four calls, where the one head it shipped
-# (EAGLE-3, 47 MiB) took one. Decide from results.json and the eval logs, which come first in any case.
+# every run's head: three runs' heads make about 12 parts, four calls, where one head (a one-layer EAGLE-3, 47 MiB)
+# takes one. Decide from results.json and the eval logs, which come first in any case.
 # PIPE_ROOT (default /tmp) moves pipeline.rc, pipeline.log, pipeline_out/ and pipeline_fetched (for tests).
 # Exits 3 at once when neither pipeline.log nor pipeline.rc exists (no pipeline here: a fresh machine).
 LIMIT=${1:-560}
@@ -20,7 +20,7 @@ R=${PIPE_ROOT:-/tmp}
 t0=$SECONDS
 # No log and no exit status: nothing was started on this machine, or the machine was released and a fresh
 # one answered this call (a gap over 30 s between calls). Waiting would spend the whole LIMIT of device time
-# on nothing, as it did in the 28th session (540 s), so say so at once.
+# on nothing, since no exit status ever appears there, so say so at once.
 if ! [ -f $R/pipeline.log ] && ! [ -f $R/pipeline.rc ]; then
   echo "h200_wait.sh: no pipeline on this machine ($R/pipeline.log and $R/pipeline.rc are missing): it was never" \
        "started here, or the machine was released between calls and this is a fresh one (start it again)" >&2

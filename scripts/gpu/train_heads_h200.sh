@@ -13,7 +13,7 @@
 # Needs $OUT and the converted model ($PEAGLE_LAB_CACHE/models/SmolLM2-135M-Instruct; see
 # scripts/gpu/stage_h200.sh). Knobs (environment): PYTHON, WORK, SEED, DATA_TOKENS (40000000),
 # DATA_BUDGET_S (220), TRAIN_BUDGET_S (450, per run), NUM_MAGPIE (400 × GPUs × DATA_BUDGET_S: 160000 for one GPU and
-# 400 s, which the fifth session decoded in 393 s), ROW_LEN (2048), BATCH (16 rows a
+# 400 s, which one H200 decodes in about 393 s), ROW_LEN (2048), BATCH (16 rows a
 # GPU), LR (1e-3), RUNS ("METHOD:LAYERS[:WARM_START_HEAD] ...", e.g. "eagle3:1:peagle_lab/heads/eagle3 peagle:4
 # peagle:2"; PEAGLE_LAYERS / INIT_EAGLE3 / INIT_PEAGLE shape the default), EVAL_KS, SKIP_BENCH=1, SKIP_DATA=1,
 # EVAL_HEADS ("NAME=HEAD_DIR ...": heads trained before, e.g. the shipped ones, evaluated beside the new runs on
@@ -28,7 +28,7 @@
 # OPENING_WEIGHT: weight of the "openings" Magpie domain (user turns begun with a hand-written request's first words;
 # the eleven domain system prompts weigh 13 together), 0 (the default) leaves it out.
 # TRAIN_STEPS: every run trains exactly this many steps instead of TRAIN_BUDGET_S (an A/B: on a fresh machine the first
-# run compiles for ~110 s of its budget and the next one for ~60 s, so the 28th session's equal budgets gave 776 and
+# run compiles for ~110 s of its budget and the next one for ~60 s, so equal budgets give two such runs about 776 and
 # 1076 steps); a run then takes as long as its steps do.
 # TRAIN_EXTRA: more flags for every train run (a recipe experiment, e.g. "--cod-ratio-min 0.3": more deep COD elements).
 # BESIDE: a command (e.g. the GPU suite) run in the background from the end of the data stage on; see there.
@@ -59,7 +59,7 @@ else
   [ -f "$MODEL/config.json" ] || { echo "no model folder at $MODEL (source scripts/gpu/stage_h200.sh first)"; exit 2; }
   DATA_TOKENS=${DATA_TOKENS:-40000000}; DATA_BUDGET_S=${DATA_BUDGET_S:-220}; TRAIN_BUDGET_S=${TRAIN_BUDGET_S:-450}
   NGPU=$(nvidia-smi -L | wc -l)
-  # Magpie samples for the budget: 160k fed one H200 for 393 s of a 400 s budget (fifth session), and the
+  # Magpie samples for the budget: 160k feed one H200 for about 393 s of a 400 s budget, and the
   # generator's throughput grows with the GPUs, so 400 per GPU-second of budget
   NUM_MAGPIE=${NUM_MAGPIE:-$((400 * NGPU * DATA_BUDGET_S))}
   TGT=(--model "$MODEL"); DATA=(--num-magpie "$NUM_MAGPIE" --max-code-prompts 4096 --max-math-prompts 8000
@@ -119,7 +119,7 @@ cp "$WORK/data/card.json" "$WORK/data/card.md" "$WORK/ship/data/"
 mark data $t
 # BESIDE: a command run in the background from here on, beside training and evaluation (not beside the data stage,
 # whose time budget it would share), e.g. BESIDE='bash scripts/gpu/gpu_tests.sh $OUT/gpu_suite': the GPU suite at
-# this commit without device time of its own (30th session: 92/92 in 539 s beside 759 s of training). Its output
+# this commit without device time of its own (the whole suite takes about 540 s beside 760 s of training). Its output
 # goes to $OUT/beside.log; its exit status is reported at the end and does not fail the session.
 if [ -n "${BESIDE:-}" ]; then
   export OUT WORK  # for the command's own use ($OUT/gpu_suite)
@@ -234,7 +234,7 @@ if [ "${PACK_HEADS:-1}" = 0 ]; then
   echo "PACK_HEADS=0: the heads stay in $WORK/ship/heads, unpacked, and the compile caches in $COMPILE_CACHES"
 else
   tar -C "$WORK/ship" "${EXCLUDE[@]}" -czf - . | split -b 15m -d -a 1 - "$OUT/heads.tgz.part-"
-  # The compile caches (gzip already, 12 MB P-EAGLE and ~30 MB EAGLE-3 in the ninth session) travel apart from the
+  # The compile caches (gzip already, about 12 MB for a P-EAGLE run and 30 MB for an EAGLE-3 run) travel apart from the
   # heads, so that fetching them is optional: the next session's COMPILE_CACHE_IN (cat compile_cache.tar.part-* | tar -x).
   ls "$COMPILE_CACHES"/*.bin > /dev/null 2>&1 && tar -C "$COMPILE_CACHES" -cf - . | split -b 15m -d -a 1 - "$OUT/compile_cache.tar.part-"
 fi
@@ -257,7 +257,7 @@ if [ "${SWEEP:-0}" = 1 ] && [ "${SMOKE:-0}" != 1 ]; then  # the sweep needs the 
   SP=${SWEEP_PEAGLE:-$(first "$WORK"/ship/heads/peagle-*l)}
   SE=${SWEEP_EAGLE3:-$(first "$WORK"/ship/heads/eagle3-*l peagle_lab/heads/eagle3)}
   # 16 prompts a cell at c = 1 (the bench's default is 4). Cells decode a fixed 128 tokens past EOS, the evaluation
-  # stops at EOS, so the sweep's code AL reads lower than the evaluation's (fifth session: 2.54 vs 3.33 at K = 7);
+  # stops at EOS, so the sweep's code AL reads lower than the evaluation's (e.g. 2.54 against 3.33 at K = 7 for one head);
   # SWEEP_EXTRA="--stop-at-eos" measures real response lengths instead.
   SWEEP_ARGS=(-k 2 3 4 5 7 -c 1 64 --workloads chat code --device "$DEVICE" --no-reference
               --min-prompts "${SWEEP_PROMPTS:-16}" --time-budget-s "${SWEEP_BUDGET_S:-300}" ${SWEEP_EXTRA:-})
