@@ -62,3 +62,19 @@ def test_context_text_names_the_runs_and_each_cells_context():
                                                ("x --out y", [])])
 def test_shapes_are_read_from_the_command(command, expected):
     assert scale_report._shapes_of(command) == expected
+
+
+def test_forced_split_counts_sit_beside_the_kernels_own_choice(tmp_path):
+    rows = [_row(64, 4, 700.0, 36.0, shortest=50, longest=1450, **{"triton[splits=4]_us": 30.0}),
+            _row(64, 4, 750.0, 24.0, shortest=750, longest=750, **{"triton[splits=4]_us": 30.0})]
+    path = _attention_file(tmp_path, rows, [])
+    parsed, _ = scale_report.ragged_attention(path)
+    assert [r["variants"] for r in parsed] == [{"splits=4": 30.0}, {"splits=4": 30.0}]
+    text = scale_report.splits_text(parsed)
+    assert "contexts 50-1450 (mean 700): own 36.0; splits=4 30.0 (1.20x)" in text
+    assert "uniform 750: own 24.0; splits=4 30.0 (0.80x)" in text
+
+
+def test_the_committed_split_measurement_is_found():
+    rows, where = scale_report.ragged_attention(file=scale_report.SPLITS_FILE)
+    assert where.endswith(scale_report.SPLITS_FILE) and all(r["variants"] for r in rows)

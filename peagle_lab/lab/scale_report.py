@@ -7,6 +7,7 @@ Every function returns text computed from the committed JSON (``predict.load_sca
 from __future__ import annotations
 
 import json
+import re
 import shlex
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -20,7 +21,7 @@ from .kmodel import METHODS
 from .paper import SPEED_BENCH_SPEEDUP
 
 __all__ = ["scale_summary", "step_table", "layer_and_moe_text", "check_table", "occupancy_text", "continuous_check_text",
-           "context_text", "ragged_attention", "ragged_attention_text", "speedup_text",
+           "context_text", "ragged_attention", "ragged_attention_text", "splits_text", "speedup_text",
            "distance_numbers", "distance_report", "baseline_text", "acceptance_vs_shape"]
 
 NAMES = {"eagle3": "EAGLE-3", "peagle": "P-EAGLE"}
@@ -173,6 +174,8 @@ def context_text(scale: Mapping, cells: Sequence[Mapping]) -> str:
 
 
 RAGGED_FILE = "decode_attention_ragged.json"  # scripts/gpu/decode_attention_gpu.py on ragged and uniform contexts
+SPLITS_FILE = "decode_attention_splits.json"  # the same with --variants splits=2 splits=4 (headline_session.sh)
+_VARIANT = re.compile(r"triton\[(.+)\]_us")  # a row's forced setting, e.g. "triton[splits=4]_us"
 
 
 def _shapes_of(command: str) -> list[tuple[int, int]]:
@@ -186,32 +189,48 @@ def _shapes_of(command: str) -> list[tuple[int, int]]:
     return out
 
 
-def ragged_attention(path: str | Path | None = None) -> tuple[list[dict], str]:
+def ragged_attention(path: str | Path | None = None, file: str = RAGGED_FILE) -> tuple[list[dict], str]:
     """(the decode-attention kernel's rows with each one's context range, the file): ``path``, else the newest
-    committed ``decode_attention_ragged.json``. Rows: ``{"c", "T", "shortest", "longest", "mean", "us"}``.
+    committed ``file`` (``RAGGED_FILE``, or ``SPLITS_FILE`` for the kernel at forced split counts). Rows:
+    ``{"c", "T", "shortest", "longest", "mean", "us", "variants"}``; ``variants`` maps a forced setting
+    (``"splits=4"``) to its µs a call, where the run timed any.
 
     Raises:
         ValueError: none is committed.
     """
     if path is None:
-        found = [r.path / RAGGED_FILE for r in run_folders(topic="decode_attention") if (r.path / RAGGED_FILE).is_file()]
+        found = [r.path / file for r in run_folders(topic="decode_attention") if (r.path / file).is_file()]
         if not found:
-            raise ValueError(f"no {RAGGED_FILE} in any decode_attention run folder")
+            raise ValueError(f"no {file} in any decode_attention run folder")
         path = max(found, key=lambda p: json.loads(p.read_text())["date"])
     doc = json.loads(Path(path).read_text())
     ranges = _shapes_of(doc["command"])
     rows = []
     for i, r in enumerate(doc["attention"]):
         lo, hi = (r["shortest"], r["longest"]) if "shortest" in r else ranges[i]
+        variants = {m.group(1): v for k, v in r.items() if (m := _VARIANT.fullmatch(k))}
         rows.append({"c": r["c"], "T": r["T"], "shortest": lo, "longest": hi, "mean": r["kv_len_mean"],
-                     "us": r["triton_us"]})
+                     "us": r["triton_us"], "variants": variants})
     path = Path(path).resolve()
     return rows, str(path.relative_to(REPO) if path.is_relative_to(REPO) else path)
 
 
+def splits_text(rows: Sequence[Mapping]) -> str:
+    """Each batch's attention call at the kernel's own split count beside the forced ones: µs a call and how many
+    times faster (above 1) or slower (below 1) than its own choice."""
+    lines = ["decode attention, µs a call (one layer; 30 calls in one CUDA graph): the kernel's own KV splits beside "
+             "forced ones (x: how many times faster than its own)"]
+    for r in rows:
+        kind = (f"contexts {r['shortest']}-{r['longest']} (mean {r['mean']:.0f})" if r["shortest"] < r["longest"]
+                else f"uniform {r['mean']:.0f}")
+        forced = "; ".join(f"{name} {us:.1f} ({r['us'] / us:.2f}x)" for name, us in r["variants"].items())
+        lines.append(f"c = {r['c']}, {r['T']} query token(s), {kind}: own {r['us']:.1f}; {forced}")
+    return "\n".join(lines)
+
+
 def ragged_attention_text(rows: Sequence[Mapping]) -> str:
     """Each ragged batch's attention call beside a uniform one of about its mean context and one of its longest."""
-    lines = ["decode attention, one call over 30 layers (µs): a ragged batch beside uniform ones"]
+    lines = ["decode attention, µs a call (one layer; 30 calls in one CUDA graph): a ragged batch beside uniform ones"]
     uniform = [r for r in rows if r["shortest"] == r["longest"]]
     for r in (r for r in rows if r["shortest"] < r["longest"]):
         same = [u for u in uniform if (u["c"], u["T"]) == (r["c"], r["T"])]
