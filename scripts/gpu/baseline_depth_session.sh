@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The baseline's strength as an experiment (issue 49, item 4), one background job on one GPU (H100 or H200) in about
-# 15 minutes: how P-EAGLE's lead depends on how deep its EAGLE-3 baseline was trained (training-time test, TTT).
+# The baseline's strength as an experiment, one background job on one GPU (H100 or H200) in about 15 minutes: how
+# P-EAGLE's lead over EAGLE-3 depends on how deep the EAGLE-3 baseline was trained (its training-time test, TTT: an
+# EAGLE-3 head trained with SHALLOW_K steps beside the shipped one's 7, both measured against the shipped P-EAGLE).
 #   1 answer_c64  answers decoded to EOS (at most 1,024 tokens) on HumanEval at c = 64, batched continuously (rows
 #                 refilled, 4 x 64 requests a cell, every step ~64 rows, as vLLM serves): baseline, EAGLE-3 and P-EAGLE
 #                 at K 1-8 with the shipped heads; --time-budget-s ANSWER_BUDGET_S (150), cut at ANSWER_LIMIT_S (180)
@@ -112,7 +113,7 @@ experiment() {  # what the shallow head is, written before training so that a fa
   local init=$1
   cat > "$OUT/train/experiment.json" <<EOF
 {
-  "experiment": "EAGLE-3 with a shallow training-time test beside the shipped heads (issue 49, item 4)",
+  "experiment": "EAGLE-3 with a shallow training-time test beside the shipped heads: P-EAGLE's lead against the baseline's TTT depth",
   "shallow_k_train": $SHALLOW_K,
   "shallow_init": "${init:-none (from scratch)}",
   "shipped_eagle3": "$SHIPPED_EAGLE3",

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The full throughput sweep of issue 6 on one H200: baseline vs EAGLE-3 vs P-EAGLE on SmolLM2,
+# The full throughput sweep on one H200: baseline vs EAGLE-3 vs P-EAGLE on SmolLM2,
 # K ∈ {3,5,7} at c ∈ {1,2,4,8,16,32,64} plus K ∈ {1,2,4,6,8} at c ∈ {1,64}, workloads chat/code/long,
 # bf16, CUDA graphs, 128 new tokens decoded past EOS (--ignore-eos: the throughput-stress variant, which
 # docs/results/h200/sweeps/ holds), ≥ 4 prompts per cell, transformers' static-cache generate

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# vLLM 0.24.0 and our engine on one H200, same heads, prompts and settings (issue 16):
+# vLLM 0.24.0 and our engine on one H200, same heads, prompts and settings:
 # plain, EAGLE-3 and P-EAGLE (parallel drafting), K ∈ {3,5,7}, c ∈ {1,8,64}, chat and code,
 # 128 new tokens, greedy, fixed length, bf16, CUDA graphs on, prefix caching off.
 #
