@@ -1,16 +1,31 @@
-"""Land what ``scripts/gpu/sweep_session_h200.sh`` wrote on the H200 into new run folders of ``docs/results/h200/``.
+"""Land the folders a GPU benchmark session brought back into new run folders of ``docs/results/<device>/``.
 
-The benchmark session brings back ``sweep.tgz``, ``k_scaling.tgz`` and ``gpu_suite.tgz`` (through
-``scripts/gpu/h200_wait.sh``), with ``stage_seconds.json`` and ``sweep_session.log``. Landing them by hand
-took a dozen steps, each easy to get wrong at the end of a session; this does them in order and stops
-before touching the tree if anything does not fit:
+``FETCHED`` is the folder ``scripts/gpu/h200_wait.sh`` fetched into (each of the session's folders as ``NAME/`` or
+``NAME.tgz``). Two kinds of session land here, told apart by what ``FETCHED`` holds; each is checked before anything
+is copied, and nothing in place moves (each topic's current result is its newest folder, ``archive.latest``).
 
-1. check: both bench files pass the schema, all three folders come from one commit, the heads the sweeps
-   measured are the shipped ones (by digest), the K sweep has the cells the K model's tests fit, the suite
-   passed, and (unless ``--any-device``) it ran on an H200;
+**An answer-length session**, ``scripts/gpu/sweep_session_h200.sh``'s (``answer_length`` with ``code/`` and
+``mt_bench/``; ``scale_lab``, ``gpu_suite`` and ``doctor.json`` where those stages ran; ``stage_seconds.json`` and
+``sweep_session.log``), from an H100 or an H200:
+
+1. check: each bench file passes the schema, both come from one commit and one device, an H100 or H200 (unless
+   ``--any-device``), and they measured the shipped heads (by digest);
+2. copy ``answer_length`` into ``<device>/answer_length/DATE-COMMIT/`` with the session's record and
+   ``doctor.json``, the suite into ``<device>/gpu_suite/DATE-COMMIT/`` and the scale lab into
+   ``<device>/scale/DATE-COMMIT/``;
+3. write both workloads' rows as one ``bench.json`` beside them and ``summary.json``: each method at its best K per
+   (workload, c) and the goals (P-EAGLE / EAGLE-3 throughput ratios, each method's best K) as PASS / MISS / n/a
+   (``peagle_lab.bench.answer_length``), printed with the suite's counts. No page is regenerated.
+
+**A full sweep and a K sweep** (parts ``sweep``: ``scripts/gpu/bench_h200.sh``'s throughput sweep, ``k_scaling``:
+a K sweep, ``gpu_suite``; with the session's ``stage_seconds.json`` and ``sweep_session.log`` where present), from an
+H200, in six steps:
+
+1. check: both bench files pass the schema, all three parts come from one commit, the heads the sweeps measured
+   are the shipped ones (by digest), the K sweep has the cells the K model's tests fit, the suite passed, and
+   (unless ``--any-device``) it ran on an H200;
 2. name the new run folders from the parts' own ``run_info`` (``peagle_lab.bench.archive``): the sweep with its
-   suite and the session's record in ``sweeps/DATE-COMMIT/``, the K sweep in ``k_scaling/DATE-COMMIT/``; nothing
-   in place moves, since each topic's current result is its newest folder (``archive.latest``);
+   suite and the session's record in ``h200/sweeps/DATE-COMMIT/``, the K sweep in ``h200/k_scaling/DATE-COMMIT/``;
 3. copy the new files into them;
 4. regenerate what reads them: the HTML report, the results index's K-scaling table and its tables of runs,
    ``docs/paper.md``'s table, the README's paper-beside-lab table (its JSON is ``lab.paper.README_SWEEP``), and
@@ -20,15 +35,9 @@ before touching the tree if anything does not fit:
    write up or fix, so the script says which failed and exits 1 with everything landed (``--no-checks`` skips it);
 6. list the prose that still names the old commits: that part is the author's.
 
-A session of answer-length stages (the session script as it is now: ``answer_length.tgz``, with ``scale_lab.tgz``,
-``gpu_suite.tgz`` and ``doctor.json`` where they ran) lands beside the sweeps instead, from an H100 or an H200, into
-``docs/results/<device>/answer_length/DATE-COMMIT/`` (the suite into ``gpu_suite/DATE-COMMIT/``, the scale lab into
-``scale/DATE-COMMIT/``) with ``summary.json``, the issue-49 goals (``peagle_lab.bench.answer_length``); it
-regenerates nothing and prints the commands that would.
-
 Usage (repository root, after the fetch):
     .venv/bin/python scripts/dev/land_sweep.py FETCHED_DIR [--root REPO] [--any-device] [--no-notebook] [--no-checks]
-    .venv/bin/python scripts/dev/land_sweep.py --regenerate-only     # steps 4 and 5 again, on the files in place
+    .venv/bin/python scripts/dev/land_sweep.py --regenerate-only     # a sweep's steps 4 and 5 again, in place
 """
 from __future__ import annotations
 
@@ -346,7 +355,9 @@ def land_answer_length(fetched: Path, root: Path, any_device: bool = False) -> P
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("fetched", type=Path, nargs="?", help="the folder with sweep(.tgz), k_scaling(.tgz), gpu_suite(.tgz)")
+    p.add_argument("fetched", type=Path, nargs="?",
+                   help="the fetched folder: answer_length(.tgz) [scale_lab, gpu_suite, doctor.json], or "
+                        "sweep(.tgz), k_scaling(.tgz) and gpu_suite(.tgz)")
     p.add_argument("--root", type=Path, default=REPO, help="the repository to land into (default: this one)")
     p.add_argument("--any-device", action="store_true", help="land results from any device (a CPU rehearsal)")
     p.add_argument("--no-notebook", action="store_true", help="leave notebook 5 alone (it takes a minute or two)")
