@@ -3,8 +3,8 @@
 Every path decodes the same prompts to the same per-request token limits on a SmolLM2-shaped
 target with random weights in bf16 (compiled layers, CUDA graphs), at the data generator's
 concurrency. Random weights never emit EOS, so each request gets a token limit drawn like the real
-responses of the H200 data sessions (about half stop at the 320-token cap, the rest earlier; 222
-tokens on average in the seed-1 session). ``--paths`` picks among:
+responses the data generator writes on an H200 (about half stop at the 320-token cap, the rest
+earlier; 222 tokens on average in a run at seed 1). ``--paths`` picks among:
 
 * stream: ``StreamDecoder`` as the data generator calls it (``train.prompts.decode_all``);
 * engine: ``SpecDecoder(target, None, SpecConfig(method="baseline", device_loop=True,
