@@ -182,8 +182,8 @@ def place(parts: dict[str, Path], fetched: Path, results: Path) -> list[Path]:
 
 
 def _run_with_retry(cmd: list[str], cwd: Path, env: dict, limit_s: float = 300) -> subprocess.CompletedProcess:
-    """Run ``cmd``, once more if it outlives ``limit_s``. Twice on 2026-12-04 (two cores) nbconvert sat for 10 and
-    20 minutes waiting on an idle kernel of notebook 5, where five other runs of the same step took 26-30 s."""
+    """Run ``cmd``, once more if it outlives ``limit_s``: on two cores nbconvert at times sits for many minutes
+    waiting on an idle kernel of notebook 5, a step that otherwise takes about 30 s, and a second run finishes."""
     for attempt in (1, 2):
         try:
             return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=limit_s)
@@ -363,7 +363,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-notebook", action="store_true", help="leave notebook 5 alone (it takes a minute or two)")
     p.add_argument("--no-checks", action="store_true", help="skip step 5 (the tests that read the sweeps, ~1 min)")
     p.add_argument("--regenerate-only", action="store_true",
-                   help="only steps 4 and 5, on the files in place (after a regeneration step failed and was fixed)")
+                   help="only steps 4 and 5, on the files in place (once a failed regeneration step is fixed)")
     args = p.parse_args(argv)
     if args.fetched is None and not args.regenerate_only:
         p.error("FETCHED is needed (or --regenerate-only)")
