@@ -32,7 +32,7 @@ import torch
 
 from ..acceptance import acceptance_length, per_position_acceptance
 from ..config import BACKENDS, COMPILE_MODES, MAX_K, METHODS, SpecConfig, check_choice, check_int
-from ..engine import GenerationResult, SpecDecoder
+from ..engine import GenerationResult, SpecDecoder, context_summary
 from .schema import BenchResult, BenchRow, SkippedCell
 from .workloads import DEFAULT_WORKLOADS, WORKLOAD_ALIASES, WORKLOAD_SIZES, WORKLOADS, Prompt, load_workload
 
@@ -193,6 +193,9 @@ def cell_row(cell: Cell, results: list[GenerationResult], cfg: SweepConfig) -> B
         extra={
             # the rows the steps ran, summed: under num_steps × c once compaction narrows a batch (rows_busy)
             **({"row_steps": sum(s.rows for s in steps)} if steps and all(s.rows for s in steps) else {}),
+            # the contexts the steps attended to (tokens): mean_context over busy row-steps, longest_context the
+            # steps' longest busy row (mean over steps); *_row_context over every row run (engine.context_summary)
+            **{name: round(v, 1) for name, v in context_summary(steps).items()},
             # of prefill_ms, the first draft's share (device time a batch; a continuous call's admissions summed)
             **({"first_draft_ms": 1000.0 * sum(m.first_draft_s for m in ms) / len(ms)} if cell.k else {})})
 

@@ -42,7 +42,7 @@ One module a job, each importing only those below it:
     forwards   the target's and the drafter's forwards, each chosen once: eager, compiled or graphed
     graphs     CUDA graphs, compiled layers, the drafter pass step.draft receives, decode attention
     state      what the loop carries on the device between steps, and the host's read of it
-    metrics    vLLM's counters, Metrics, StepTrace, GenerationResult, the timer
+    metrics    vLLM's counters, Metrics, StepTrace (with the contexts a step attends to), GenerationResult, the timer
     checks     a generate call's input checks
     sampling   Gumbel-max sampling with hashed noise (no generator state: the device loop's)
 """
@@ -51,7 +51,7 @@ from .checks import check_eos, check_prompts
 from .forwards import PREFILL_ALIGN, PREFILL_GRAPH_TOKENS, padded_prefill_width
 from .graphs import CompiledForward, CudaGraphs, capture_graph, compiled, compiled_forward, decode_attention_fn
 from .loop import SpecDecoder
-from .metrics import GenerationResult, Metrics, StepTrace, Timer
+from .metrics import GenerationResult, Metrics, StepTrace, Timer, context_summary
 
 # The public classes belong to the package, where users import them and the API reference
 # documents them (their code stays in the module of its job).
@@ -62,4 +62,4 @@ del _public
 __all__ = ["SpecDecoder", "GenerationResult", "Metrics", "StepTrace", "Timer", "CudaGraphs", "capture_graph",
            "compiled", "CompiledForward", "compiled_forward", "decode_attention_fn", "copy_kv_blocks",
            "move_kv_blocks", "check_prompts", "check_eos", "padded_prefill_width", "KV_BLOCK_ALIGN",
-           "PREFILL_ALIGN", "PREFILL_GRAPH_TOKENS"]
+           "PREFILL_ALIGN", "PREFILL_GRAPH_TOKENS", "context_summary"]

@@ -162,6 +162,7 @@ class Rows:
         self.c, self.eos, self.max_new = c, eos, max_new
         self.results = [None] * num_prompts
         self.owner, self.outs, self.done = [-1] * c, [[] for _ in range(c)], [True] * c
+        self.prompt_lens = [0] * c  # of each row's latest request (a freed row keeps its last one's)
 
     def finished(self) -> list[int]:
         """Rows whose request finished (at the last step or at once): their tokens to ``results``, the rows freed."""
@@ -170,11 +171,16 @@ class Rows:
             self.results[self.owner[b]], self.owner[b] = step.trim(self.outs[b], self.eos, self.max_new), -1
         return rows
 
-    def start(self, rows: list[int], reqs: list[int], first_tokens: list[int]) -> None:
-        """Rows ``rows`` decode requests ``reqs``, whose first tokens are ``first_tokens``."""
-        for b, q, t in zip(rows, reqs, first_tokens):
-            self.owner[b], self.outs[b] = q, [t]
+    def start(self, rows: list[int], reqs: list[int], first_tokens: list[int], prompt_lens: list[int]) -> None:
+        """Rows ``rows`` decode requests ``reqs``, whose first tokens are ``first_tokens`` and prompts
+        ``prompt_lens`` tokens long."""
+        for b, q, t, n in zip(rows, reqs, first_tokens, prompt_lens):
+            self.owner[b], self.outs[b], self.prompt_lens[b] = q, [t], n
             self.done[b] = step.finished(self.outs[b], self.eos, self.max_new)
+
+    def contexts(self) -> list[int]:
+        """Each row's context: its (latest) request's prompt and the tokens it made (``metrics.step_contexts``)."""
+        return [n + len(o) for n, o in zip(self.prompt_lens, self.outs)]
 
     def accept(self, packed: list[list[int]]) -> list[int]:
         """One step's packed rows (new tokens, then the count): ``step.accept`` over the busy rows."""

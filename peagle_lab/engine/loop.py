@@ -27,7 +27,7 @@ from .batching import Caches, Rows, Scheduler, admission_batch, admitted, compac
 from .checks import Request, check_engine, check_request
 from .forwards import Forwards, padded_prefill_width
 from .graphs import decode_attention_fn
-from .metrics import Counts, GenerationResult, Timer, step_trace
+from .metrics import Counts, GenerationResult, Timer, step_contexts, step_trace
 from .plain import StreamDecoder, check_limits
 from .state import Readback, State, device_flags
 
@@ -134,7 +134,7 @@ class SpecDecoder:
         prefill_s = time.perf_counter() - t0  # the first tokens' read waited for the first drafts, queued before it
         t1 = time.perf_counter()
         # the loop: verify the drafts, draft the next ones, accept what was verified; until every request is done
-        counts, trace = self._decode(st, list(outputs), done, req, caches, max_len, gen, timer, max(map(len, prompts)))
+        counts, trace = self._decode(st, list(outputs), done, req, caches, max_len, gen, timer, list(map(len, prompts)))
         if self.device.type == "cuda":
             torch.cuda.synchronize()
         decode_s = time.perf_counter() - t1
@@ -159,15 +159,17 @@ class SpecDecoder:
         return State(nxt, draft, lens.clone(), device_flags([not d for d in done], self.device)), outputs, done, marks
 
     def _decode(self, st: State, outputs: list[list[int]], done: list[bool], req: Request, caches, max_len: int,
-                gen, timer: Timer, longest: int) -> tuple[Counts, list]:
+                gen, timer: Timer, prompt_lens: list[int]) -> tuple[Counts, list]:
         """The decode loop from state ``st``: verify, draft, accept until every request is done; (counters, trace).
 
-        ``outputs`` and ``done`` are by row: compaction reorders them (each request's list keeps growing).
+        ``outputs`` and ``done`` are by row: compaction reorders them (each request's list keeps growing, so
+        the list itself finds the request's prompt length in ``prompt_lens``, for the step's contexts).
         Plain decoding queues step n + 1 before it reads step n (see :func:`may_continue`): no drafter
         runs while the host reads, so the GPU would otherwise idle through every read and launch.
         """
         K = self.config.k
         counts, trace = Counts(K), []
+        prompt_of = {id(o): n for o, n in zip(outputs, prompt_lens)}
         launched = self._launch(st, *caches, max_len, gen, timer) if not all(done) else None
         while not all(done):
             v, draft, rows, marks = launched
@@ -176,20 +178,21 @@ class SpecDecoder:
                 ahead = State(v.next_tokens, None, v.start, st.active)
                 launched = self._launch(ahead, *caches, max_len, gen, timer)
             packed = rows.wait()
+            contexts = step_contexts([prompt_of[id(o)] + len(o) for o in outputs], done)  # the step's, before accept
             was_done = list(done)
             accepted = step.accept(outputs, done, [r[:-1] for r in packed], [r[-1] for r in packed], req.eos,
                                    req.max_new)
             if K:
                 counts.add(accepted)
             active = st.active if done == was_done else device_flags([not d for d in done], self.device)
-            trace.append((len(trace), *marks, tuple(accepted), draft.num_forwards if K else 0, len(done)))
+            trace.append((len(trace), *marks, tuple(accepted), draft.num_forwards if K else 0, len(done), contexts))
             if ahead is not None:  # step n + 1 is queued; step n + 2 starts from its outputs
                 nv = launched[0]
                 st = State(nv.next_tokens, None, nv.start, active)
                 continue
             st = State(v.next_tokens, draft, v.start, active)
             if not all(done):
-                st, outputs, done = self._compact(st, outputs, done, longest, *caches)
+                st, outputs, done = self._compact(st, outputs, done, max(prompt_lens), *caches)
             launched = self._launch(st, *caches, max_len, gen, timer) if not all(done) else None
         return counts, trace
 
@@ -291,7 +294,7 @@ class SpecDecoder:
                     if drafted is not None:
                         draft_spans.append(drafted)
                     st = admitted(st, group, first, draft, lens)
-                    rows.start(group, reqs, first.tolist())
+                    rows.start(group, reqs, first.tolist(), [len(prompts[q]) for q in reqs])
                 spans.append((start, timer.mark()))
                 sched.release(rows.finished())  # a first token can finish a request
             if not sched.busy:
@@ -301,12 +304,13 @@ class SpecDecoder:
             if rows.done != was_done:  # a row started or stopped decoding: new flags (as the static loop does)
                 st = State(st.nxt, st.draft, st.start, device_flags([not d for d in rows.done], dev))
                 was_done = list(rows.done)
+            contexts = step_contexts(rows.contexts(), rows.done)
             v, draft, packed, marks = self._step(st, cache_t, cache_d, max_len, gen, timer)
             accepted = rows.accept(packed)
             if K:
                 counts.add(accepted)
             st = State(v.next_tokens, draft, v.start, st.active)
-            trace.append((len(trace), *marks, tuple(accepted), draft.num_forwards if K else 0, c))
+            trace.append((len(trace), *marks, tuple(accepted), draft.num_forwards if K else 0, c, contexts))
         if dev.type == "cuda":
             torch.cuda.synchronize()
         wall = time.perf_counter() - t0

@@ -17,7 +17,8 @@ import torch
 
 from ..acceptance import acceptance_length, per_position_acceptance
 
-__all__ = ["StepTrace", "Metrics", "GenerationResult", "Timer", "Counts", "step_trace"]
+__all__ = ["StepTrace", "Metrics", "GenerationResult", "Timer", "Counts", "step_trace", "step_contexts",
+           "context_summary"]
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,14 @@ class StepTrace:
     num_accepted: tuple[int, ...]  # per active request
     drafter_forwards: int
     rows: int | None = None  # the batch rows the step ran (fewer than c once a static batch compacts)
+    # The contexts the step attends to (a row's context: its prompt and the tokens it has made, which its
+    # first query sees), from the host's bookkeeping (``step_contexts``): summed over the busy rows (those
+    # holding an unfinished request) and their longest; summed over every row the step runs and their
+    # longest (an idle row's queries still walk its last request's keys). None where not recorded.
+    context_sum: int | None = None
+    longest_context: int | None = None
+    row_context_sum: int | None = None
+    longest_row_context: int | None = None
 
 
 @dataclass(frozen=True)
@@ -135,8 +144,42 @@ class Counts:
 
 
 def step_trace(timer: Timer, i: int, m0: int, m1: int, marks, accepted: tuple[int, ...], forwards: int,
-               rows: int) -> StepTrace:
-    """A ``StepTrace`` from the timer's marks (read after the final synchronisation)."""
+               rows: int, contexts: tuple = ()) -> StepTrace:
+    """A ``StepTrace`` from the timer's marks (read after the final synchronisation); ``contexts``: the
+    step's ``step_contexts``."""
     prep = timer.ms(marks[0], marks[1]) if marks else 0.0
     draft = timer.ms(marks[1], marks[2]) if marks else 0.0
-    return StepTrace(i, timer.ms(m0, m1), prep, draft, accepted, forwards, rows)
+    return StepTrace(i, timer.ms(m0, m1), prep, draft, accepted, forwards, rows, *contexts)
+
+
+def step_contexts(contexts: list[int], done: list[bool]) -> tuple[int, int, int, int]:
+    """One step's contexts from each row's (``contexts``, tokens; ``done``: the row holds no unfinished
+    request): (sum over busy rows, longest busy row, sum over every row, longest row).
+
+    A row's context is its prompt plus the tokens it has made: its bonus token's position + 1, the keys
+    the step's first query of that row sees (its K drafts see up to K more). The decode step runs every
+    row, and an idle row keeps the positions of its last request, so its queries still walk those keys.
+
+    >>> step_contexts([10, 30, 20], [False, True, False])
+    (30, 20, 60, 30)
+    """
+    busy = [n for n, d in zip(contexts, done) if not d]
+    return sum(busy), max(busy, default=0), sum(contexts), max(contexts, default=0)
+
+
+def context_summary(trace: list[StepTrace]) -> dict:
+    """A call's (or several calls') step contexts, in tokens: ``mean_context`` over busy row-steps,
+    ``longest_context`` the steps' longest busy row averaged over steps; ``mean_row_context`` and
+    ``longest_row_context`` the same over every row the steps ran. {} where a step did not record them.
+
+    >>> t = [StepTrace(0, 1.0, 0.0, 0.0, (0, 0), 1, 3, 30, 20, 60, 30), StepTrace(1, 1.0, 0.0, 0.0, (0,), 1, 3, 21, 21, 63, 31)]
+    >>> context_summary(t)
+    {'mean_context': 17.0, 'longest_context': 20.5, 'mean_row_context': 20.5, 'longest_row_context': 30.5}
+    """
+    if not trace or any(s.context_sum is None or not s.rows for s in trace):
+        return {}
+    busy, rows, steps = sum(len(s.num_accepted) for s in trace), sum(s.rows for s in trace), len(trace)
+    return {"mean_context": sum(s.context_sum for s in trace) / max(busy, 1),
+            "longest_context": sum(s.longest_context for s in trace) / steps,
+            "mean_row_context": sum(s.row_context_sum for s in trace) / rows,
+            "longest_row_context": sum(s.longest_row_context for s in trace) / steps}
