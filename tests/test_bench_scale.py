@@ -205,8 +205,50 @@ def test_command_line_runs_a_ragged_batch(tmp_path, capsys):
     doc = json.loads(out.read_text())
     assert doc["grid"]["prompt_range"] == [4, 20] and doc["grid"]["prompt_tokens"] == 12 and doc["costs"]
     assert scale_costs.step_context(doc) == 12.0 + doc["grid"]["new_tokens"] / 2
+    # each cell records its steps' contexts; the runs that did not record them get the same from their grid
+    for r in doc["costs"]:
+        bare = {f: v for f, v in r.items() if f not in scale_costs.CONTEXTS}
+        assert scale_costs.cell_contexts(doc, bare) == pytest.approx((r["mean_context"], r["longest_context"]))
+        assert 4 < r["mean_context"] < r["longest_context"] <= 20 + doc["grid"]["new_tokens"] / 2
     with pytest.raises(SystemExit):
         scale.main(["--tiny", "--prompt-tokens", "40", "--prompt-range", "4", "20", "--out", str(out)])
     assert "not allowed with argument --prompt-tokens" in capsys.readouterr().err
     with pytest.raises(ValueError, match=r"prompt_range=\(20, 4\)"):
         scale.main(["--tiny", "--prompt-range", "20", "4", "--out", str(out)])
+
+
+def _fit_runs(a: float, b: float, c: float, noise=(0.0, 0.0, 0.0, 0.0, 0.0)) -> list[dict]:
+    """Three uniform runs (mean = longest) and two ragged ones at c = 64, K 1 and 4, whose step is a + b·mean +
+    c·longest (times K), with ``noise`` (ms) on each run's step."""
+    contexts = [(172, 172), (332, 332), (652, 652), (312, 562), (762, 1462)]
+
+    def run(i: int, mean: float, longest: float) -> dict:
+        costs = [{"shape": "s", "method": "eagle3", "depth": 1, "k": k, "concurrency": 64, "mean_context": mean,
+                  "longest_context": longest, **{p: k * (a + b * mean + c * longest) + noise[i]
+                                                 for p in scale_costs.PARTS}} for k in (1, 4)]
+        return {"grid": {"prompt_tokens": mean, "new_tokens": 0}, "costs": costs, "file": f"run{i}"}
+
+    return [run(i, *ctx) for i, ctx in enumerate(contexts)]
+
+
+def test_the_context_fit_recovers_its_coefficients_and_reports_residuals():
+    runs = _fit_runs(1.0, 0.0008, 0.0006)
+    fit = scale_costs.context_fit(runs, "s", "eagle3", 1, 64)
+    assert fit["coef"]["step_ms"] == pytest.approx((1.0, 0.0008, 0.0006))
+    assert [p["file"] for p in fit["points"]] == [f"run{i}" for i in range(5)]
+    assert max(abs(p["residual"]) for p in fit["points"]) < 1e-9
+    # K between the fitted ones: linear; the step at (mean 300, longest 1024) of the coefficients, K = 2.5 times
+    got = scale_costs.step_costs_fit(runs, "s", "eagle3", 2, 64, 300, 1024)["step_ms"]
+    assert got == pytest.approx(2 * (1.0 + 0.0008 * 300 + 0.0006 * 1024))
+    noisy = scale_costs.context_fit(_fit_runs(1.0, 0.0008, 0.0006, (0.01, -0.01, 0.0, 0.02, -0.01)), "s", "eagle3",
+                                    1, 64)
+    residuals = [p["residual"] for p in noisy["points"]]
+    assert sum(residuals) == pytest.approx(0.0, abs=1e-9) and 0 < max(map(abs, residuals)) < 0.02
+
+
+def test_the_context_fit_needs_a_ragged_run():
+    uniform = _fit_runs(1.0, 0.001, 0.0)[:3]  # mean = longest everywhere: b and c cannot be told apart
+    with pytest.raises(ValueError, match=r"K=1 c=64: 3 runs' cells do not fit"):
+        scale_costs.context_fit(uniform, "s", "eagle3", 1, 64)
+    with pytest.raises(ValueError, match="no K whose runs fit"):
+        scale_costs.step_costs_fit(uniform, "s", "eagle3", 1, 64, 300, 600)

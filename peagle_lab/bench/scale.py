@@ -57,10 +57,10 @@ import torch
 
 from ..config import DrafterConfig, SpecConfig
 from ..drafter import Drafter
-from ..engine import SpecDecoder
+from ..engine import SpecDecoder, context_summary
 from ..models.llama import LlamaConfig, LlamaModel
 from ..provenance import run_info
-from .scale_costs import experts_read, full_depth_costs, layer_check, step_costs
+from .scale_costs import CONTEXTS, cell_seed, drawn_lengths, experts_read, full_depth_costs, layer_check, step_costs
 from .scale_moe import measure_moe
 
 __all__ = ["ScaleShape", "SHAPES", "PROMPT_TOKENS", "ScaleGrid", "GPU_GRID", "TINY_GRID", "expected_experts", "prompt_lengths",
@@ -225,15 +225,15 @@ def prompt_lengths(grid: ScaleGrid, c: int, gen: torch.Generator) -> list[int]:
     """
     if grid.prompt_range is None:
         return [grid.prompt_tokens] * c
-    lo, hi = grid.prompt_range
-    return torch.randint(lo, hi + 1, (c,), generator=gen).tolist()
+    return drawn_lengths(*grid.prompt_range, c, gen)
 
 
 def measure_cell(target: LlamaModel, drafter, method: str, k: int, c: int, grid: ScaleGrid) -> dict:
-    """One engine at (method, K, c): warm-up generate, then the medians of a measured one (ms)."""
+    """One engine at (method, K, c): warm-up generate, then the medians of a measured one (ms), and the contexts
+    its steps attended to (``scale_costs.CONTEXTS``, tokens)."""
     cfg = SpecConfig(method=method, num_speculative_tokens=k, max_new_tokens=grid.new_tokens, compile=grid.compile)
     engine = SpecDecoder(target, drafter, cfg)
-    gen = torch.Generator().manual_seed(c * 100 + k)
+    gen = torch.Generator().manual_seed(cell_seed(c, k))
     vocab = target.config.vocab_size
     prompts = [torch.randint(3, vocab, (n,), generator=gen).tolist() for n in prompt_lengths(grid, c, gen)]
     engine.generate(prompts, eos_token_ids=())
@@ -244,7 +244,8 @@ def measure_cell(target: LlamaModel, drafter, method: str, k: int, c: int, grid:
     parts = {"verify_ms": med([s.verify_ms for s in trace]), "prep_ms": med([s.prep_ms for s in trace]),
              "draft_ms": med([s.draft_ms for s in trace])}
     return {**parts, "step_ms": step, "host_ms": max(step - sum(parts.values()), 0.0),
-            "steps": res.metrics.num_steps, "warmup_s": round(engine.warmup_s, 3)}
+            "steps": res.metrics.num_steps, "warmup_s": round(engine.warmup_s, 3),
+            **{f: v for f, v in context_summary(res.trace).items() if f in CONTEXTS}}
 
 
 def _cells(shape: ScaleShape, grid: ScaleGrid):

@@ -11,13 +11,22 @@ The document is what ``peagle_lab.bench.scale.run_scale`` writes (``rows`` of me
 """
 from __future__ import annotations
 
+import statistics
+from collections.abc import Mapping
+
+import torch
+
 from ..hardware import DEVICES, bandwidth_ratio, preset_of
 
-__all__ = ["PARTS", "full_depth_costs", "layer_check", "step_costs", "step_costs_at_rows", "step_costs_at_context",
-           "step_context", "prompt_range", "has_costs", "step_costs_ragged", "carried_to",
-           "experts_read", "expert_bound_moe"]
+__all__ = ["PARTS", "CONTEXTS", "full_depth_costs", "layer_check", "step_costs", "step_costs_at_rows",
+           "step_costs_at_context", "step_context", "prompt_range", "has_costs", "step_costs_ragged", "cell_seed",
+           "drawn_lengths", "cell_contexts", "context_fit", "step_costs_fit", "carried_to", "experts_read",
+           "expert_bound_moe"]
 
 PARTS = ("verify_ms", "prep_ms", "draft_ms", "host_ms", "step_ms")
+# a cell's mean context over its busy row-steps and its steps' longest row (mean over steps), in tokens
+# (``engine.context_summary``; runs that did not record them: ``cell_contexts``)
+CONTEXTS = ("mean_context", "longest_context")
 
 
 def _by_key(rows, name, layers, method):
@@ -47,7 +56,7 @@ def full_depth_costs(doc: dict) -> list[dict]:
                 if not whole and (k, c) not in slopes:
                     continue
                 extra = 0.0 if whole else (full - hi) * slopes[(k, c)]
-                cell = {p: r[p] for p in PARTS}
+                cell = {p: r[p] for p in PARTS} | {f: r[f] for f in CONTEXTS if f in r}
                 cell["verify_ms"] += extra
                 cell["step_ms"] += extra
                 out.append({"shape": name, "method": method, "depth": depth, "k": k, "concurrency": c,
@@ -239,6 +248,117 @@ def step_costs_ragged(uniform: list[dict], ragged: list[dict], shape: str, metho
     b = step_costs_at_context(ragged, shape, method, k, low, context, depth)
     t = (rows - base) / (low - base)
     return {p: a[p] + t * (b[p] - a[p]) for p in PARTS}
+
+
+def cell_seed(concurrency: int, k: int) -> int:
+    """The seed of the scale lab's cell at (K, c): its prompts' lengths (a ragged run's draw) and tokens."""
+    return concurrency * 100 + k
+
+
+def drawn_lengths(lo: int, hi: int, concurrency: int, gen: torch.Generator) -> list[int]:
+    """``concurrency`` prompt lengths drawn uniformly from [``lo``, ``hi``] by ``gen`` (a ragged run's requests)."""
+    return torch.randint(lo, hi + 1, (concurrency,), generator=gen).tolist()
+
+
+def cell_contexts(doc: Mapping, row: Mapping) -> tuple[float, float]:
+    """(mean, longest) context of a scale-lab cell's decode steps (``CONTEXTS``): as its ``row`` records them,
+    else from the run's grid: the prompts plus half the ``new_tokens`` it decodes (one a step), where a uniform
+    run's prompts are all ``prompt_tokens`` long (:func:`step_context`) and a ragged run's are drawn again as
+    the run drew them (:func:`drawn_lengths`, seeded by :func:`cell_seed`).
+
+    >>> cell_contexts({"grid": {"prompt_tokens": 320, "new_tokens": 24}}, {"k": 1, "concurrency": 64})
+    (332.0, 332.0)
+    >>> mean, longest = cell_contexts({"grid": {"prompt_tokens": 300, "prompt_range": [50, 550], "new_tokens": 24}},
+    ...                               {"k": 1, "concurrency": 64})
+    >>> 250 < mean < 350, 500 < longest <= 562
+    (True, True)
+    """
+    if all(f in row for f in CONTEXTS):
+        return float(row["mean_context"]), float(row["longest_context"])
+    rng = prompt_range(doc)
+    if rng is None:
+        return step_context(doc), step_context(doc)
+    c = row["concurrency"]
+    lengths = drawn_lengths(*rng, c, torch.Generator().manual_seed(cell_seed(c, row["k"])))
+    half = doc["grid"]["new_tokens"] / 2
+    return statistics.mean(lengths) + half, max(lengths) + half
+
+
+def _context_points(runs: list[dict], shape: str, method: str, concurrency: int, depth: int) -> dict[int, list]:
+    """K -> [(mean, longest, cost row, the run's file)] of every run's cells at ``shape``, ``method``, depth and c."""
+    out: dict[int, list] = {}
+    for doc in runs:
+        for r in doc["costs"]:
+            if (r["shape"], r["method"], r["depth"], r["concurrency"]) == (shape, method, depth, concurrency):
+                out.setdefault(r["k"], []).append((*cell_contexts(doc, r), r, doc.get("file", "")))
+    return out
+
+
+def _least_squares(points: list) -> dict[str, tuple[float, float, float]] | None:
+    """PART -> (a, b, c) of part ≈ a + b · mean + c · longest over ``points``; None unless the contexts pin all
+    three (uniform runs alone have mean = longest: they fix a and b + c only)."""
+    import numpy as np
+
+    x = np.array([[1.0, mean, longest] for mean, longest, *_ in points])
+    if len(points) < 3 or np.linalg.matrix_rank(x) < 3:
+        return None
+    y = np.array([[r[p] for p in PARTS] for _, _, r, _ in points])
+    coef = np.linalg.lstsq(x, y, rcond=None)[0]  # [3, parts]
+    return {p: tuple(float(v) for v in coef[:, i]) for i, p in enumerate(PARTS)}
+
+
+def context_fit(runs: list[dict], shape: str, method: str, k: int, concurrency: int, depth: int = 1) -> dict:
+    """The least-squares fit step ≈ a + b · mean + c · longest (per part) over ``runs``' cells at a measured K
+    and c (:func:`cell_contexts`), with each cell's residual: ``{"coef": {part: (a, b, c)}, "points":
+    [{"file", "mean", "longest", "step_ms", "fitted_ms", "residual"}]}`` (residual = fitted − measured, ms).
+
+    Uniform runs place cells at mean = longest; ragged runs, whose longest request lies far above their mean,
+    separate the two: the decode-attention kernel's programs each walk one request's keys, so the longest
+    request sets the step's pace beside the mean's share of the work.
+
+    Raises:
+        ValueError: the runs' cells at K and c do not fix three coefficients (fewer than three, or no ragged run).
+    """
+    depth = 1 if method == "eagle3" else depth
+    points = _context_points(runs, shape, method, concurrency, depth).get(k, [])
+    coef = _least_squares(points)
+    if coef is None:
+        raise ValueError(f"shape={shape!r} {method} K={k} c={concurrency}: {len(points)} runs' cells do not fit "
+                         "a + b·mean + c·longest (need three, not all uniform)")
+    a, b, c = coef["step_ms"]
+    out = []
+    for mean, longest, r, file in points:
+        fitted = a + b * mean + c * longest
+        out.append({"file": file, "mean": mean, "longest": longest, "step_ms": r["step_ms"], "fitted_ms": fitted,
+                    "residual": fitted - r["step_ms"]})
+    return {"coef": coef, "points": out}
+
+
+def step_costs_fit(runs: list[dict], shape: str, method: str, k: int, concurrency: int, mean: float,
+                   longest: float, depth: int = 1) -> dict:
+    """One step's parts (ms) at c = ``concurrency`` of a batch whose steps attend to ``mean`` and ``longest``
+    contexts: :func:`context_fit`'s a + b · mean + c · longest at each K the runs fit, linear in K between them.
+
+    >>> run = lambda mean, longest: {"grid": {}, "costs": [{"shape": "s", "method": "eagle3", "depth": 1, "k": k,
+    ...     "concurrency": 64, "mean_context": mean, "longest_context": longest,
+    ...     **{p: k * (1 + mean / 100 + longest / 200) for p in PARTS}} for k in (1, 3)]}
+    >>> runs = [run(100, 100), run(200, 200), run(100, 300)]
+    >>> round(step_costs_fit(runs, "s", "eagle3", 2, 64, 150, 400)["step_ms"], 6)  # 2 · (1 + 1.5 + 2)
+    9.0
+
+    Raises:
+        ValueError: no K has runs that fit (see :func:`context_fit`).
+    """
+    depth = 1 if method == "eagle3" else depth
+    fitted = {}
+    for kk, points in _context_points(runs, shape, method, concurrency, depth).items():
+        coef = _least_squares(points)
+        if coef is not None:
+            fitted[kk] = {p: a + b * mean + c * longest for p, (a, b, c) in coef.items()}
+    if not fitted:
+        raise ValueError(f"shape={shape!r} {method} c={concurrency}: no K whose runs fit a + b·mean + c·longest "
+                         "(a ragged run and two uniform ones at that c)")
+    return _interpolate(fitted, k)
 
 
 def carried_to(scale: Mapping, device: str, drafter: bool = True) -> dict:
