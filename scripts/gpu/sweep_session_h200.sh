@@ -29,7 +29,7 @@
 # (360): the suite runs only if SUITE_S remain, for at most what remains; SKIP (stage names to leave out, e.g. "suite");
 # BENCH_FLAGS (more bench flags for both answer stages, given last so they win); SCALE_FLAGS and SCALE_BUDGET_S
 # (scale_lab_gpu.sh's). A CPU rehearsal before spending device time (tiny cells on the real model and the shipped
-# heads, the scale lab's tiny shapes, no suite; a few minutes; docs/scripts.md "A benchmark session, rehearsed and
+# heads, the scale lab's tiny shapes, no suite; a minute or two; docs/scripts.md "A benchmark session, rehearsed and
 # landed"):
 #   OUT=/tmp/rehearsal PYTHON=.venv/bin/python OMP_NUM_THREADS=1 BENCH_FLAGS="--device cpu --dtype float32 -k 1 7
 #   -c 1 2 --max-new-tokens 4 --min-prompts 2" SCALE_FLAGS="--tiny" SESSION_BUDGET_S=60 bash scripts/gpu/sweep_session_h200.sh
