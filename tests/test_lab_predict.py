@@ -121,8 +121,10 @@ def test_baseline_strength_reads_both_gains(bench):
 
 def test_load_scale_names_its_file(tmp_path):
     doc, path = predict.load_scale()
-    files = path.split(" + ")  # several GPU runs merge: each named, the newest first
-    assert predict.REPO / files[0] == predict.scale_files()[0] and doc["costs"]
+    files = path.split(" + ")  # several GPU runs merge: each named, the default runs' newest first
+    grids = {p: json.loads(p.read_text())["grid"] for p in predict.scale_files()}  # ragged runs may be newer
+    newest_default = next(p for p, g in grids.items() if not g.get("prompt_range") and g["prompt_tokens"] == 160)
+    assert predict.REPO / files[0] == newest_default and doc["costs"]
     assert all((predict.REPO / f).is_file() for f in files)
     assert predict.scale_files()[-1] == predict.REPO / predict.CPU_SCALE
     with pytest.raises(ValueError, match="peagle-lab scale"):
@@ -434,3 +436,43 @@ def test_a_ragged_run_changes_a_c64_cells_step_and_leaves_a_c1_cells_alone():
     assert after[1, 1.0]["predicted_step_ms"] == pytest.approx(1.0)
     unknown = predict.check_against_bench(scale, {"rows": rows})  # no prompt lengths recorded: the uniform runs
     assert {c["step_runs"] for c in unknown} == {"uniform"}
+
+
+def _fit_scale():
+    """Uniform runs at 160- and 640-token prompts (steps at 172 and 652 tokens) and two ragged runs that record
+    their contexts, at c = 64: a step of 1 + 0.01 · mean + 0.02 · longest ms."""
+    def step(mean, longest):
+        return lambda c: 1.0 + 0.01 * mean + 0.02 * longest
+
+    scale = {"grid": {"prompt_tokens": 160, "new_tokens": 24}, "costs": _costs("smollm2-135m", (1, 64), step(172, 172))}
+    scale["contexts"] = [{"grid": {"prompt_tokens": 640, "new_tokens": 24},
+                          "costs": _costs("smollm2-135m", (1, 64), step(652, 652))}]
+    scale["ragged"] = []
+    for lo, hi, mean, longest in ((40, 600, 332.0, 592.0), (40, 1240, 652.0, 1252.0)):
+        run = _ragged(lo, hi, "d", (64,), step(mean, longest))
+        for r in run["costs"]:
+            r.update(mean_context=mean, longest_context=longest)
+        scale["ragged"].append(run)
+    return scale
+
+
+def test_a_row_that_records_its_contexts_reads_the_fit_and_one_that_does_not_reads_the_ragged_runs():
+    scale = _fit_scale()
+    answers = {"output_tokens": 2240, "num_prompts": 10, "num_steps": 10}
+    contexts = {"mean_context": 400.0, "longest_context": 1000.0, "mean_row_context": 420.0,
+                "longest_row_context": 1100.0}
+    old = _row("peagle", 2, 64, row_steps=640, continuous=True, **answers)
+    new, static = ({**old, **contexts}, {**old, **contexts, "row_steps": 360, "continuous": False})
+    rows = [old, new, static]
+    bench = {"config": {"prompts": {"code": {"mean_tokens": 300.0}}}, "rows": rows + [{**r, "method": "eagle3"} for r in rows]}
+    was, fit, fewer = [c for c in predict.check_against_bench(scale, bench) if c["method"] == "peagle"]
+    # the fit at every row the steps ran: 1 + 0.01 · 420 + 0.02 · 1100
+    assert fit["step_runs"] == "fit" and fit["predicted_step_ms"] == pytest.approx(27.2)
+    assert (fit["context"], fit["longest_context"]) == (400.0, 1100.0)
+    # a row of no recorded contexts: the ragged runs by its estimated context, as before the engine recorded them
+    alone = predict.check_against_bench(scale, {**bench, "rows": [old, {**old, "method": "eagle3"}]})
+    assert was == alone[1] and was["step_runs"] == "ragged" and was["longest_context"] is None
+    assert was["predicted_step_ms"] == pytest.approx(1.0 + 0.01 * 412 + 0.02 * (592 + 660 * 80 / 320))
+    # fewer busy rows than c: the ragged runs, at the recorded mean context
+    assert fewer["step_runs"] == "ragged" and fewer["context"] == 400.0
+    assert predict.fit_contexts(static) == (420.0, 1100.0) and predict.fit_contexts(old) is None

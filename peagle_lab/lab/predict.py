@@ -36,7 +36,7 @@ from collections.abc import Mapping, Sequence
 
 from ..bench import archive
 from ..bench.scale_costs import (carried_to, has_costs, step_costs, step_costs_at_context, step_costs_at_rows,
-                                 step_costs_ragged)
+                                 step_costs_fit, step_costs_ragged)
 from ..provenance import REPO
 from .kmodel import METHODS, Acceptance, acceptance_length, measured_decode_tps
 from .paper import HUMANEVAL_AL, PAPER_AL, SPEED_BENCH_SPEEDUP
@@ -46,7 +46,7 @@ __all__ = ["fit_geometric", "paper_acceptance", "measured_acceptance", "al_at", 
            "speedup_table", "check_against_bench", "check_summary", "baseline_strength", "load_scale",
            "tps_curves", "step_split", "usable_ks", "workloads_of", "code_workload", "drafting_cost_to_match", "shapes_of", "concurrencies_of", "depths_of",
            "SCALE_TOPIC", "SCALE_FILE", "CPU_SCALE", "scale_files", "merge_scale",
-           "ANSWER_TOPIC", "ANSWER_FILE", "answer_sweep", "busy_rows", "row_context", "context_runs", "ragged_runs", "PEAGLE_DEPTH", "KS"]
+           "ANSWER_TOPIC", "ANSWER_FILE", "answer_sweep", "busy_rows", "row_context", "fit_contexts", "context_runs", "ragged_runs", "PEAGLE_DEPTH", "KS"]
 
 KS = tuple(range(1, 9))
 PEAGLE_DEPTH = 4  # the shipped P-EAGLE head's layers (and the paper's GPT-OSS 20B drafter's)
@@ -276,17 +276,36 @@ def drafting_cost_to_match(scale: Mapping, shape: str, concurrency: int, accepta
 
 # ------------------------------------------------------------------ the check against our sweep
 def row_context(bench: Mapping, row: Mapping) -> float | None:
-    """The mean context a bench row's decode steps attend to: its workload's mean prompt plus half its mean
-    answer (tokens); None where the sweep does not record its prompts' lengths.
+    """The mean context a bench row's decode steps attend to: as the engine recorded it (``mean_context``, over
+    busy row-steps), else its workload's mean prompt plus half its mean answer (tokens); None where the sweep
+    records neither.
 
     >>> row_context({"config": {"prompts": {"code": {"mean_tokens": 190.0}}}},
     ...             {"workload": "code", "output_tokens": 2000, "num_prompts": 10})
     290.0
     """
+    if row.get("mean_context") is not None:
+        return float(row["mean_context"])
     info = ((bench.get("config") or {}).get("prompts") or {}).get(row["workload"])
     if not info or not row.get("num_prompts"):
         return None
     return info["mean_tokens"] + row["output_tokens"] / row["num_prompts"] / 2
+
+
+def fit_contexts(row: Mapping) -> tuple[float, float] | None:
+    """(mean, longest) context of a bench row's steps for ``scale_costs.step_costs_fit``: over every row the
+    steps ran (``mean_row_context``, ``longest_row_context``: an idle row's queries still walk its last
+    request's keys, so the decode-attention kernel pays for them), else over the busy rows; None where the
+    row records no ``longest_context`` (sweeps from before the engine recorded contexts).
+
+    >>> fit_contexts({"mean_context": 300.0, "longest_context": 900.0, "mean_row_context": 320.0,
+    ...               "longest_row_context": 1000.0}), fit_contexts({"mean_context": 300.0})
+    ((320.0, 1000.0), None)
+    """
+    if row.get("longest_context") is None:
+        return None
+    mean = row.get("mean_row_context", row["mean_context"])
+    return float(mean), float(row.get("longest_row_context", row["longest_context"]))
 
 
 def busy_rows(row: Mapping) -> float:
@@ -296,13 +315,23 @@ def busy_rows(row: Mapping) -> float:
 
 
 def _cell_step(scale: Mapping, shape: str, method: str, k: int, rows: float, context: float | None,
-               depth: int) -> tuple[float, str]:
-    """(a cell's predicted step ms, the kind of scale-lab runs it came from: "ragged" or "uniform").
+               depth: int, contexts: tuple[float, float] | None = None) -> tuple[float, str]:
+    """(a cell's predicted step ms, the kind of scale-lab runs it came from: "fit", "ragged" or "uniform").
+
+    A cell whose steps kept its c rows and that records the contexts they attended to (``contexts``: mean
+    and longest, :func:`fit_contexts`) reads the fit of every run at c (``scale_costs.step_costs_fit``, uniform
+    and ragged runs together: "fit"), where the runs at c include a ragged one.
 
     Ragged runs (:func:`~peagle_lab.lab.scale_runs.ragged_runs`) predict a step of more than one busy row at a known context where one
     has costs for the shape, method and depth (``scale_costs.step_costs_ragged``); one row is one request's
     context, never ragged, so c = 1 cells, and cells of unknown context, read the uniform runs.
     """
+    if contexts is not None:
+        runs = [*context_runs(scale), *ragged_runs(scale)]
+        try:
+            return step_costs_fit(runs, shape, method, k, round(rows), *contexts, depth)["step_ms"], "fit"
+        except ValueError:  # no ragged run at c: the paths below
+            pass
     if context is None:
         return step_costs_at_rows(scale, shape, method, k, rows, depth)["step_ms"], "uniform"
     ragged = [run for run in ragged_runs(scale) if has_costs(run, shape, method, depth)]
@@ -329,10 +358,14 @@ def check_against_bench(scale: Mapping, bench: Mapping, shape: str = "smollm2-13
     lengths are committed (:func:`~peagle_lab.lab.scale_runs.context_runs`), the step is interpolated to the cell's :func:`row_context`. The
     requests of a batch also differ in context, and the longest sets the decode-attention kernel's pace: where
     ragged runs are committed (:func:`~peagle_lab.lab.scale_runs.ragged_runs`, ``peagle-lab scale --prompt-range``), a cell of more than one
-    busy row reads its step from them (``step_runs``: "ragged"; else "uniform").
+    busy row reads its step from them (``step_runs``: "ragged"; else "uniform"). A sweep whose engine recorded
+    the contexts its steps attended to (:func:`fit_contexts`: the mean and the longest) predicts a cell that
+    kept its c rows from both, by the fit of every run at c (``step_runs``: "fit",
+    ``scale_costs.step_costs_fit``); ``context`` is then the recorded mean, ``longest_context`` the longest.
 
     Returns:
-        ``[{"workload", "method", "k", "concurrency", "rows", "context", "continuous", "step_runs", "predicted_tps",
+        ``[{"workload", "method", "k", "concurrency", "rows", "context", "longest_context", "continuous",
+        "step_runs", "predicted_tps",
         "measured_tps",
         "error", "full_rows_error", "predicted_step_ms", "measured_step_ms", "predicted_al", "measured_al"}]``,
         error = predicted / measured − 1 = (1 + AL error) / (1 + step error) − 1.
@@ -344,12 +377,13 @@ def check_against_bench(scale: Mapping, bench: Mapping, shape: str = "smollm2-13
     out = []
     for r in sorted(rows, key=lambda r: (r["workload"], r["method"], r["concurrency"], r["k"])):
         al, c, busy = al_at(acc[r["workload"]][r["method"]], r["k"]), r["concurrency"], busy_rows(r)
-        context = row_context(bench, r)
-        step, kind = _cell_step(scale, shape, r["method"], r["k"], busy, context, depth)
+        context, contexts = row_context(bench, r), fit_contexts(r) if busy == c else None
+        step, kind = _cell_step(scale, shape, r["method"], r["k"], busy, context, depth, contexts)
         full = step_costs(scale, shape, r["method"], r["k"], c, depth)["step_ms"]
         pred, meas = 1000.0 * busy * al / step, 1000.0 * busy * r["acceptance_length"] / r["step_ms"]
         out.append({"workload": r["workload"], "method": r["method"], "k": r["k"], "concurrency": c,
-                    "rows": busy, "context": context, "continuous": bool(r.get("continuous")), "step_runs": kind,
+                    "rows": busy, "context": context, "longest_context": contexts[1] if contexts else None,
+                    "continuous": bool(r.get("continuous")), "step_runs": kind,
                     "predicted_tps": pred,
                     "measured_tps": meas, "error": pred / meas - 1.0,
                     "full_rows_error": 1000.0 * c * al / full / measured_decode_tps(r) - 1.0,
