@@ -495,8 +495,7 @@ def readme_table(bench: Mapping, source: str = README_SWEEP, continuous: tuple[M
     ks, als = _best_ks_and_als(bench)
     model = str(cfg.get("model", "SmolLM2-135M-Instruct")).split(" (")[0]
     chat, code = lab_workloads(bench)
-    ratios = [_per_workload([_speedup(doc, w, c) for w in lab_workloads(doc)], ".2f").replace(" /", "× /") + "×"
-              for doc, c in ((bench, 1), (c64, 64))]
+    ratios = [_ratios(bench, 1), _ratios(c64, 64)]
     device = _one_or_both(f"{info.get('device', '?')}, {cfg.get('dtype', '?')}",
                           f"{info64.get('device', '?')}, {cfg64.get('dtype', '?')}")
     data = (f"[{Path(source).name}]({source})" if continuous is None
