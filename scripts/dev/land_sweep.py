@@ -28,7 +28,8 @@ H200, in six steps:
    suite and the session's record in ``h200/sweeps/DATE-COMMIT/``, the K sweep in ``h200/k_scaling/DATE-COMMIT/``;
 3. copy the new files into them;
 4. regenerate what reads them: the HTML report, the results index's K-scaling table and its tables of runs,
-   ``docs/paper.md``'s table, the README's paper-beside-lab table (its JSON is ``lab.paper.README_SWEEP``), and
+   ``docs/paper.md``'s and the README's paper-beside-lab tables (both read ``lab.paper.README_SWEEP`` and the newest
+   continuous answer-length sweep, so a K sweep leaves them as they are), and
    notebook 5 (executed in place, then its PNG copies); ``--no-notebook`` leaves the notebook alone;
 5. run the tests that read the committed sweeps (the K model's fit against the measured peaks, the figures, the
    tables) and notebook 5 under nbval, on the new files; a failure there is a finding about the new sweep, to
@@ -200,7 +201,7 @@ def regenerate(root: Path, notebook: bool = True) -> None:
     steps = [[py, "-m", "peagle_lab.bench.report", sweep],
              [py, "-m", "peagle_lab.bench.report", k_sweep, "--readme", "docs/results/README.md"],
              [py, "-m", "peagle_lab.bench.archive", "--readme", "docs/results/README.md", "--results", "docs/results"],
-             [py, "-m", "peagle_lab.lab.paper", "docs/paper.md", k_sweep],
+             [py, "-m", "peagle_lab.lab.paper", "docs/paper.md"],  # the answer-length sweeps, as the README
              [py, "-m", "peagle_lab.lab.paper", "--readme", "README.md"]]
     if notebook:
         steps += [[py, "-m", "jupyter", "nbconvert", "--to", "notebook", "--execute", "--inplace",
