@@ -469,7 +469,7 @@ def test_a_row_that_records_its_contexts_reads_the_fit_and_one_that_does_not_rea
     # the fit at every row the steps ran: 1 + 0.01 · 420 + 0.02 · 1100
     assert fit["step_runs"] == "fit" and fit["predicted_step_ms"] == pytest.approx(27.2)
     assert (fit["context"], fit["longest_context"]) == (400.0, 1100.0)
-    # a row of no recorded contexts: the ragged runs by its estimated context, as before the engine recorded them
+    # a row of no recorded contexts: the ragged runs at its estimated context, the numbers of the old path
     alone = predict.check_against_bench(scale, {**bench, "rows": [old, {**old, "method": "eagle3"}]})
     assert was == alone[1] and was["step_runs"] == "ragged" and was["longest_context"] is None
     assert was["predicted_step_ms"] == pytest.approx(1.0 + 0.01 * 412 + 0.02 * (592 + 660 * 80 / 320))

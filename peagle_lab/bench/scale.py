@@ -26,7 +26,8 @@ Method (written into the JSON as ``method``):
   length uniformly from [LO, HI] (seeded): a ragged batch, as a continuous batch's requests are. The
   decode-attention kernel gives each (request, KV head) one program, so the longest request sets the pace and
   a ragged batch costs more than a uniform one at the same mean context (``peagle_lab.lab.predict`` keeps
-  such runs apart).
+  such runs apart). Each cell records the contexts its steps attended to (``mean_context``, ``longest_context``:
+  ``engine.context_summary``), which ``scale_costs.step_costs_fit`` fits the step on.
 * ``scale_costs`` turns the rows into full-depth costs per (shape, method, depth, K, c) and
   interpolates in K (``step_costs``): what ``peagle_lab.lab.predict`` reads.
 * The grid (``GPU_GRID``, about 300 engine cells in about five minutes): K 1, 4 and 8 (SmolLM2 also

@@ -1,7 +1,8 @@
 """The scale lab's document read back: full-depth step costs per cell, the per-layer rule's check, the
 step at any K (``step_costs``), at any number of busy rows (``step_costs_at_rows``), at any context
-(``step_costs_at_context``, from runs at several prompt lengths) and of a ragged batch (``step_costs_ragged``,
-from runs whose requests' prompts differ in length), which
+(``step_costs_at_context``, from runs at several prompt lengths), of a ragged batch (``step_costs_ragged``,
+from runs whose requests' prompts differ in length) and at a batch's mean and longest context (``step_costs_fit``,
+a least-squares fit over every run at one concurrency, ``context_fit``; each cell's contexts: ``cell_contexts``), which
 ``peagle_lab.lab.predict`` combines with acceptance, and the costs carried to another GPU by its memory
 bandwidth (``carried_to``, a projection) or with MoE layers that cost only the experts they read
 (``expert_bound_moe``).
