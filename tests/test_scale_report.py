@@ -78,3 +78,28 @@ def test_forced_split_counts_sit_beside_the_kernels_own_choice(tmp_path):
 def test_the_committed_split_measurement_is_found():
     rows, where = scale_report.ragged_attention(file=scale_report.SPLITS_FILE)
     assert where.endswith(scale_report.SPLITS_FILE) and all(r["variants"] for r in rows)
+
+
+def _fit_run(mean, longest):
+    """A scale-lab run of one EAGLE-3 K = 1 cell at c = 64 whose step is 1 ms + mean / 1000 + longest / 500."""
+    step = 1 + mean / 1000 + longest / 500
+    return {"grid": {}, "costs": [{"shape": "s", "method": "eagle3", "depth": 1, "k": 1, "concurrency": 64,
+                                   "mean_context": mean, "longest_context": longest, "verify_ms": step,
+                                   "prep_ms": 0.0, "draft_ms": 0.0, "host_ms": 0.0, "step_ms": step}]}
+
+
+def test_the_fit_table_and_the_longest_context_a_measured_step_needs():
+    from peagle_lab.lab import context_fit_report as report
+
+    scale = {**_fit_run(100, 100), "contexts": [_fit_run(200, 200)], "ragged": [_fit_run(100, 300)]}
+    text = report.fit_table_text(scale, "eagle3", 1, shape="s")
+    assert text.splitlines()[2:5] == ["    100      100     1.30    1.30", "    200      200     1.60    1.60",
+                                      "    100      300     1.70    1.70"]
+    assert text.endswith("fit: step = 1.00 ms + 1.00 µs x mean + 2.00 µs x longest")
+    row = {"method": "eagle3", "k": 1, "concurrency": 64, "temperature": 0, "workload": "code",
+           "step_ms": 1 + 0.3 + 1.0, "output_tokens": 200, "num_prompts": 1}
+    assert round(report.longest_needed(scale, row, 300.0, shape="s")) == 500
+    bench = {"config": {"prompts": {"code": {"mean_tokens": 200.0, "max_tokens": 400}}, "max_new_tokens": 1024},
+             "rows": [row]}
+    assert report.longest_needed_text(bench=bench, scale=scale, shape="s").splitlines()[-1].split() == \
+        ["code", "EAGLE-3", "1", "2.30", "300", "500", "1424"]
