@@ -22,7 +22,7 @@ from ..drafting import DraftResult
 from ..models.llama import LlamaModel
 from .graphs import CudaGraphs, DrafterPass, capture_graph, compiled_forward
 from .metrics import Timer
-from .state import State, Verified, verified
+from .state import State, Verified, verified, verify_batch
 
 __all__ = ["Forwards", "PREFILL_ALIGN", "PREFILL_GRAPH_TOKENS", "padded_prefill_width"]
 
@@ -128,13 +128,14 @@ class Forwards:
         At temperature 0 the whole part (the verify batch, the target, greedy verification and
         the next state) replays as one CUDA graph whose inputs are the state's four tensors, so
         the host launches one graph a step instead of a dozen small kernels; with sampling the
-        target alone is graphed (the verifier draws from a generator).
+        target alone is graphed (the verifier draws from a generator). Idle rows run at positions
+        0..K (``state.verify_batch``), so their attention reads K + 1 keys, not their last request's.
         """
         cfg = self.config
 
         def part(nxt, start, active, *drafts):
             d = drafts[0] if drafts else None
-            vids, vpos, vslots = step.verify_inputs(nxt, d, start, max_len, active)
+            vids, vpos, vslots = verify_batch(nxt, d, start, max_len, active)
             logits, taps = step.target_step(self.target, cache, vids, vpos, vslots, taps=cfg.k > 0,
                                             layer_fn=self.layer_fn)
             pending = None if d is None else DraftResult(d, None, 0, None)
@@ -143,8 +144,8 @@ class Forwards:
         if self.use_graphs and cfg.temperature == 0:
             args = (st.nxt, st.start, st.active) + (() if st.draft is None else (st.draft.tokens,))
             return self.graphs.run(("verify", tuple(args[-1].shape), max_len), part, *args)
-        vids, vpos, vslots = step.verify_inputs(st.nxt, None if st.draft is None else st.draft.tokens, st.start,
-                                                max_len, st.active)
+        vids, vpos, vslots = verify_batch(st.nxt, None if st.draft is None else st.draft.tokens, st.start, max_len,
+                                          st.active)
         logits, taps = self._target(vids, vpos, vslots, cache)
         return verified(logits, taps, vids, vpos, st.draft, st.start, st.active, cfg.temperature, gen,
                         cfg.kernel_backend)

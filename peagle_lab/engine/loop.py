@@ -170,15 +170,19 @@ class SpecDecoder:
         K = self.config.k
         counts, trace = Counts(K), []
         prompt_of = {id(o): n for o, n in zip(outputs, prompt_lens)}
-        launched = self._launch(st, *caches, max_len, gen, timer) if not all(done) else None
+
+        def launch(s: State):  # one step queued, and the rows it runs live: s.active holds ``done``'s flags now
+            return *self._launch(s, *caches, max_len, gen, timer), [not d for d in done]
+
+        launched = launch(st) if not all(done) else None
         while not all(done):
-            v, draft, rows, marks = launched
+            v, draft, rows, marks, ran = launched
             ahead = None
             if K == 0 and may_continue(outputs, done, req.max_new):
                 ahead = State(v.next_tokens, None, v.start, st.active)
-                launched = self._launch(ahead, *caches, max_len, gen, timer)
+                launched = launch(ahead)
             packed = rows.wait()
-            contexts = step_contexts([prompt_of[id(o)] + len(o) for o in outputs], done)  # the step's, before accept
+            contexts = step_contexts([prompt_of[id(o)] + len(o) for o in outputs], done, ran)  # before accept
             was_done = list(done)
             accepted = step.accept(outputs, done, [r[:-1] for r in packed], [r[-1] for r in packed], req.eos,
                                    req.max_new)
@@ -193,7 +197,7 @@ class SpecDecoder:
             st = State(v.next_tokens, draft, v.start, active)
             if not all(done):
                 st, outputs, done = self._compact(st, outputs, done, max(prompt_lens), *caches)
-            launched = self._launch(st, *caches, max_len, gen, timer) if not all(done) else None
+            launched = launch(st) if not all(done) else None
         return counts, trace
 
     def _launch(self, st: State, cache_t, cache_d, max_len: int, gen, timer: Timer):

@@ -17,8 +17,10 @@ import torch
 
 from ..acceptance import acceptance_length, per_position_acceptance
 
-__all__ = ["StepTrace", "Metrics", "GenerationResult", "Timer", "Counts", "step_trace", "step_contexts",
+__all__ = ["IDLE_CONTEXT", "StepTrace", "Metrics", "GenerationResult", "Timer", "Counts", "step_trace", "step_contexts",
            "context_summary"]
+
+IDLE_CONTEXT = 1  # an idle row's context: its bonus token sits at position 0 (state.verify_batch)
 
 
 @dataclass(frozen=True)
@@ -35,7 +37,7 @@ class StepTrace:
     # The contexts the step attends to (a row's context: its prompt and the tokens it has made, which its
     # first query sees), from the host's bookkeeping (``step_contexts``): summed over the busy rows (those
     # holding an unfinished request) and their longest; summed over every row the step runs and their
-    # longest (an idle row's queries still walk its last request's keys). None where not recorded.
+    # longest (an idle row's is IDLE_CONTEXT: it runs at positions 0..K). None where not recorded.
     context_sum: int | None = None
     longest_context: int | None = None
     row_context_sum: int | None = None
@@ -152,19 +154,26 @@ def step_trace(timer: Timer, i: int, m0: int, m1: int, marks, accepted: tuple[in
     return StepTrace(i, timer.ms(m0, m1), prep, draft, accepted, forwards, rows, *contexts)
 
 
-def step_contexts(contexts: list[int], done: list[bool]) -> tuple[int, int, int, int]:
+def step_contexts(contexts: list[int], done: list[bool], ran: list[bool] | None = None) -> tuple[int, int, int, int]:
     """One step's contexts from each row's (``contexts``, tokens; ``done``: the row holds no unfinished
     request): (sum over busy rows, longest busy row, sum over every row, longest row).
 
     A row's context is its prompt plus the tokens it has made: its bonus token's position + 1, the keys
     the step's first query of that row sees (its K drafts see up to K more). The decode step runs every
-    row, and an idle row keeps the positions of its last request, so its queries still walk those keys.
+    row; a row the device ran idle sits at positions 0..K (``state.verify_batch``), so its context is
+    ``IDLE_CONTEXT``. ``ran``: the rows the device ran as live (its ``State.active``; default: the busy
+    rows). Plain decoding queues a step before the host reads the one before, so a request that just
+    finished may run live once more: done, yet at its own context.
 
     >>> step_contexts([10, 30, 20], [False, True, False])
+    (30, 20, 31, 20)
+    >>> step_contexts([10, 30, 20], [False, True, False], ran=[True, True, True])
     (30, 20, 60, 30)
     """
+    ran = [not d for d in done] if ran is None else ran
     busy = [n for n, d in zip(contexts, done) if not d]
-    return sum(busy), max(busy, default=0), sum(contexts), max(contexts, default=0)
+    rows = [n if r else IDLE_CONTEXT for n, r in zip(contexts, ran)]
+    return sum(busy), max(busy, default=0), sum(rows), max(rows, default=0)
 
 
 def context_summary(trace: list[StepTrace]) -> dict:

@@ -2,6 +2,7 @@
 
 ```
 State     next token [c], pending drafts [c, K], start positions [c], active [c]
+  ─► verify_batch: [c, K+1] ids, positions, KV slots (an idle row at positions 0..K, writing nothing)
   ─► the verify part ─► Verified: accepted counts [c], next tokens [c], new starts [c],
                         packed [c, K+2] (new tokens, -1 padded, then the count)
   ─► Readback(packed): copied to pinned host memory while the drafter runs; wait() reads it
@@ -17,7 +18,7 @@ import torch
 from .. import step
 from ..drafting import DraftResult
 
-__all__ = ["State", "Verified", "verified", "Readback", "device_flags"]
+__all__ = ["State", "Verified", "verify_batch", "verified", "Readback", "device_flags"]
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,37 @@ class Verified(NamedTuple):
     next_tokens: torch.Tensor  # [c] the bonus token of the next step
     start: torch.Tensor  # [c] its position
     packed: torch.Tensor  # [c, K+2] the new tokens (-1 padded), then num_accepted: one host read
+
+
+def verify_batch(nxt: torch.Tensor, drafts: torch.Tensor | None, start: torch.Tensor, max_len: int,
+                 active: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The verify batch (``step.verify_inputs``) with each idle row's tokens at positions 0..K of its block.
+
+    An idle row (``active`` False: a finished request's, or a free one) writes no KV and nobody reads
+    its outputs, yet the step runs it. At its last request's positions its queries would walk that
+    request's whole context (``models.llama.cached_context``: ``kv_len`` is a row's largest position
+    + 1, and a c = 64 step takes as long as its longest row); at 0..K they attend to K + 1 keys of
+    the row's own block. A row is idle only once the host has flagged it (``State.active``), so a
+    row the device still runs as live (queued ahead of the host's read) keeps its positions. The
+    drafter reads these positions too: its writes for an idle row land in that row's block, which
+    no live request reads (an admission's copy and a new request's own steps write a reused block
+    before its queries read it).
+
+    Args:
+        nxt: ``[c]`` each row's bonus token.
+        drafts: ``[c, K]`` draft tokens, or None (plain decoding).
+        start: ``[c]`` the bonus token's position.
+        active: ``[c]`` bool, the rows still decoding.
+
+    Returns:
+        ``ids``, ``positions`` and KV ``slots``, each ``[c, K+1]``.
+
+    >>> ids, pos, slots = verify_batch(torch.tensor([9, 8]), torch.tensor([[1, 2], [3, 4]]), torch.tensor([5, 40]),
+    ...                                max_len=64, active=torch.tensor([True, False]))
+    >>> pos.tolist(), slots.tolist()
+    ([[5, 6, 7], [0, 1, 2]], [[5, 6, 7], [-1, -1, -1]])
+    """
+    return step.verify_inputs(nxt, drafts, torch.where(active, start, torch.zeros_like(start)), max_len, active)
 
 
 def verified(logits, taps, ids, positions, pending: DraftResult | None, start, active, temperature: float, gen,
