@@ -294,9 +294,9 @@ def row_context(bench: Mapping, row: Mapping) -> float | None:
 
 def fit_contexts(row: Mapping) -> tuple[float, float] | None:
     """(mean, longest) context of a bench row's steps for ``scale_costs.step_costs_fit``: over every row the
-    steps ran (``mean_row_context``, ``longest_row_context``: an idle row's queries still walk its last
-    request's keys, so the decode-attention kernel pays for them), else over the busy rows; None where the
-    row records no ``longest_context`` (a sweep whose engine did not record contexts).
+    steps ran (``mean_row_context``, ``longest_row_context``: the decode-attention kernel walks each row's key
+    range, an idle row's too, which the engine keeps at K + 1 keys of the row's own block), else over the busy
+    rows; None where the row records no ``longest_context`` (a sweep whose engine did not record contexts).
 
     >>> fit_contexts({"mean_context": 300.0, "longest_context": 900.0, "mean_row_context": 320.0,
     ...               "longest_row_context": 1000.0}), fit_contexts({"mean_context": 300.0})
