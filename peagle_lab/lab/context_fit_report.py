@@ -51,9 +51,10 @@ def longest_needed(scale: Mapping, row: Mapping, mean: float, shape: str = "smol
 
 def longest_needed_text(scale: Mapping, bench: Mapping, ks: Sequence[int] = (1, 3, 5, 8),
                         shape: str = "smollm2-135m") -> str:
-    """For each speculative cell of ``bench`` at the measured K values: its measured step, the mean context its
-    steps attend to (:func:`predict.row_context`), the longest context the fit needs for that step, and the
-    longest a request of its workload can reach (its longest prompt plus the sweep's ``max_new_tokens``)."""
+    """For each speculative cell of ``bench`` at the measured K values: its measured step, the mean context
+    its steps attend to (:func:`~peagle_lab.lab.predict.row_context`), the longest context the fit needs for
+    that step, and the longest a request of its workload can reach (its longest prompt plus the sweep's
+    ``max_new_tokens``)."""
     cfg = bench["config"]
     lines = ["the longest context at which the fit gives each cell's measured step",
              f"{'workload':<9}{'method':<9}{'K':>2}{'step ms':>9}{'mean':>6}{'longest needed':>16}{'possible':>10}"]
