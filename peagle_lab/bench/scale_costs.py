@@ -15,6 +15,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Mapping
 
+import numpy as np
 import torch
 
 from ..hardware import DEVICES, bandwidth_ratio, preset_of
@@ -298,8 +299,6 @@ def _context_points(runs: list[dict], shape: str, method: str, concurrency: int,
 def _least_squares(points: list) -> dict[str, tuple[float, float, float]] | None:
     """PART -> (a, b, c) of part ≈ a + b · mean + c · longest over ``points``; None unless the contexts pin all
     three (uniform runs alone have mean = longest: they fix a and b + c only)."""
-    import numpy as np
-
     x = np.array([[1.0, mean, longest] for mean, longest, *_ in points])
     if len(points) < 3 or np.linalg.matrix_rank(x) < 3:
         return None

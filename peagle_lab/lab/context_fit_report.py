@@ -13,15 +13,11 @@ from collections.abc import Mapping, Sequence
 from ..bench.scale_costs import context_fit
 from . import predict
 from .kmodel import METHODS
+from .scale_runs import fit_runs
 
-__all__ = ["fit_runs", "fit_table_text", "longest_needed", "longest_needed_text"]
+__all__ = ["fit_table_text", "longest_needed", "longest_needed_text"]
 
 NAMES = {"eagle3": "EAGLE-3", "peagle": "P-EAGLE"}
-
-
-def fit_runs(scale: Mapping) -> list[dict]:
-    """Every committed scale-lab run the fit reads: the uniform runs at each prompt length, then the ragged ones."""
-    return [*predict.context_runs(scale), *predict.ragged_runs(scale)]
 
 
 def fit_table_text(scale: Mapping, method: str = "eagle3", k: int = 1, concurrency: int = 64,

@@ -40,7 +40,8 @@ from ..bench.scale_costs import (carried_to, has_costs, step_costs, step_costs_a
 from ..provenance import REPO
 from .kmodel import METHODS, Acceptance, acceptance_length, measured_decode_tps
 from .paper import HUMANEVAL_AL, PAPER_AL, SPEED_BENCH_SPEEDUP
-from .scale_runs import CPU_SCALE, SCALE_FILE, SCALE_TOPIC, context_runs, load_scale, merge_scale, ragged_runs, scale_files
+from .scale_runs import (CPU_SCALE, SCALE_FILE, SCALE_TOPIC, context_runs, fit_runs, load_scale, merge_scale,
+                         ragged_runs, scale_files)
 
 __all__ = ["fit_geometric", "paper_acceptance", "measured_acceptance", "al_at", "predicted_tps", "best_k",
            "speedup_table", "check_against_bench", "check_summary", "baseline_strength", "load_scale",
@@ -327,9 +328,8 @@ def _cell_step(scale: Mapping, shape: str, method: str, k: int, rows: float, con
     context, never ragged, so c = 1 cells, and cells of unknown context, read the uniform runs.
     """
     if contexts is not None:
-        runs = [*context_runs(scale), *ragged_runs(scale)]
         try:
-            return step_costs_fit(runs, shape, method, k, round(rows), *contexts, depth)["step_ms"], "fit"
+            return step_costs_fit(fit_runs(scale), shape, method, k, round(rows), *contexts, depth)["step_ms"], "fit"
         except ValueError:  # no ragged run at c: the paths below
             pass
     if context is None:

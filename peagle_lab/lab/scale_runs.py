@@ -25,7 +25,7 @@ from ..bench.scale_costs import prompt_range
 from ..provenance import REPO
 
 __all__ = ["SCALE_TOPIC", "SCALE_FILE", "CPU_SCALE", "scale_files", "merge_scale", "context_runs", "ragged_runs",
-           "load_scale"]
+           "fit_runs", "load_scale"]
 
 # the scale lab's JSON: a GPU run (a docs/results/<device>/scale/<date>-<commit>/ run folder, or a sub-folder of
 # one, as ctx320/ or ragged_50-550/) where one is committed, the newest by its date, else the CPU rehearsal (tiny
@@ -123,6 +123,12 @@ def ragged_runs(scale: Mapping) -> list[Mapping]:
     itself where it is one (a ragged run loaded alone)."""
     own = [scale] if prompt_range(scale) else []
     return [*own, *(scale.get("ragged") or [])]
+
+
+def fit_runs(scale: Mapping) -> list[Mapping]:
+    """Every run the context fit (``scale_costs.context_fit``) reads: the uniform runs at each prompt length
+    (:func:`context_runs`), then the ragged ones (:func:`ragged_runs`)."""
+    return [*context_runs(scale), *ragged_runs(scale)]
 
 
 def load_scale(path: str | Path | None = None) -> tuple[dict, str]:
