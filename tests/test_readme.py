@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from peagle_lab.lab import paper
+from peagle_lab.lab import paper, paper_data
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -131,3 +131,15 @@ def test_the_heads_note_says_when_the_heads_are_not_the_shipped_ones():
                                                                       "peagle": "0" * 16}}}
     cell, note = paper.heads_note(other)
     assert cell == "P-EAGLE not the shipped head ¹" and "fingerprint is not the shipped one's" in note
+
+
+def test_the_bridge_to_the_blog_headline_quotes_the_published_figures():
+    """The sentence under the table quotes the blog's c = 1 figures from ``paper.PUBLISHED``: SPEED-Bench's headline
+    and the MT-Bench / HumanEval pair the lab runs. Stale? Copy the figures from peagle_lab/lab/paper_data.py."""
+    c1 = next(p for p in paper.PUBLISHED if p.metric == "speedup_c1")
+    by = dict(zip(c1.setting.rsplit("; ", 1)[1].split(" / "), c1.value.split(" / ")))
+    text = " ".join(README.read_text().split())
+    assert f"{by['SPEED-Bench']} at c = 1, is {paper_data.PAPER_MODEL} on one B200 on SPEED-Bench" in text
+    assert "a benchmark the lab does not run" in text
+    assert f"the same post gives {paper.paper_values('speedup_c1')}, the paper row above" in text
+    assert paper_data.PAPER_DEVICE == "1 × B200"  # the sentence says "one B200"
