@@ -59,7 +59,9 @@ class SpecConfig:
     # attention of the decode steps (T <= 17 queries a request) over the KV caches: "triton" (the
     # split-KV kernel of peagle_lab.kernels.decode_attention for every decode shape; on a CPU in
     # Triton's interpreter, for tests), "sdpa" (PyTorch's scaled_dot_product_attention) or "auto"
-    # (on CUDA the kernel for T > 1 and SDPA for T = 1, the faster at each on the H200; SDPA elsewhere)
+    # (on CUDA the kernel for T > 1, and for T = 1 while c × K/V heads is at most the GPU's SM count on
+    # cache blocks of at most kernels.decode_attention.T1_KERNEL_MAX_KEYS keys; SDPA for the other T = 1
+    # calls, and everywhere on a CPU: kernels.decode_attention.multi_query_attention)
     decode_attention: str = "auto"
     # continuous batching (generate(..., concurrency=c)) admits new requests once about c / refill_divisor
     # rows are free, all of them in one padded prefill: a larger divisor leaves fewer rows idle but
