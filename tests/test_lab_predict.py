@@ -112,11 +112,39 @@ def test_speedup_table_sits_beside_the_papers(scale_doc):
         predict.speedup_table(scale_doc, "gpt-oss-20b", predict.paper_acceptance(), depth=3)
 
 
-def test_baseline_strength_reads_both_gains(bench):
+def _cell_al(doc, method, workload, k, c=1):
+    return next(r["acceptance_length"] for r in doc["rows"] if (r["method"], r["workload"], r["k"], r["concurrency"],
+                                                               r["temperature"]) == (method, workload, k, c, 0))
+
+
+def test_baseline_strength_reads_the_measured_k3_and_k7_cells(bench):
     s = predict.baseline_strength(bench, "code")
-    acc = predict.measured_acceptance(bench, "code")["eagle3"]
-    assert s["ours_eagle3"]["gain"] == pytest.approx(sum(acc[3:7]))
+    for m in ("eagle3", "peagle"):
+        al3, al7 = _cell_al(bench, m, "code", 3), _cell_al(bench, m, "code", 7)
+        assert (s[f"ours_{m}"]["al3"], s[f"ours_{m}"]["al7"]) == (al3, al7)
+        assert s[f"ours_{m}"]["gain"] == pytest.approx(al7 - al3)
     assert s["paper_eagle3"]["gain"] == pytest.approx(3.03 - 2.65)
+    no_k7 = {"rows": [r for r in bench["rows"] if r["k"] != 7]}
+    assert "ours_eagle3" not in predict.baseline_strength(no_k7, "code")
+
+
+def test_notebook_8_and_the_paper_page_print_the_same_gains_and_ratios():
+    """Notebook 8's section 5 (scale_report.baseline_text) and docs/paper.md's AL-gain and AL rows
+    (paper_data.comparison) read the same cells of the answer-length sweep, so they print the same figures."""
+    from peagle_lab.lab import paper_data, scale_report
+
+    answers, _ = predict.answer_sweep()
+    rows = {r.metric: r.ours for r in paper_data.comparison(answers)}
+    text = scale_report.baseline_text(answers)
+    chat, code = paper_data.lab_workloads(answers)
+    for m, label in (("peagle", "P-EAGLE"), ("eagle3", "EAGLE-3")):
+        gains = [predict.baseline_strength(answers, w)[f"ours_{m}"]["gain"] for w in (chat, code)]
+        assert f"{label} {gains[0]:+.2f} / {gains[1]:+.2f}" in rows["al_gain"]
+        for w, g in zip((chat, code), gains):
+            assert f"ours, {w}".ljust(17) + f" {label:<8}" in text and f"gain {g:+.2f}" in text
+    for w in (chat, code):  # the K = 7 AL ratio: the same cells notebook 5 reads at c = 1, K = 7
+        ratio = _cell_al(answers, "peagle", w, 7) / _cell_al(answers, "eagle3", w, 7)
+        assert f"ours on {w}: {ratio:.2f}x" in text
 
 
 def test_load_scale_names_its_file(tmp_path):
@@ -205,7 +233,9 @@ def test_scale_report_prints_what_predict_computes(bench, scale_doc):
     ratio = predict.speedup_table(scale_doc, "gpt-oss-20b", acc)[0]["ratio"]
     assert f"predicted P/E {ratio:.2f}x" in scale_report.distance_report(scale_doc)
     assert "no GPU preset" in scale_report.distance_report(scale_doc)  # the CPU rehearsal: no device to carry to
-    assert "1.69x" in scale_report.speedup_text({"paper": predict.speedup_table(scale_doc, "gpt-oss-20b", acc)})
+    speedups = scale_report.speedup_text({"paper": predict.speedup_table(scale_doc, "gpt-oss-20b", acc)}).splitlines()
+    assert "paper, SPEED-Bench (measured)" in speedups[1]  # the column names its benchmark: not MT-Bench/HumanEval
+    assert speedups[2].split()[:2] == ["1", f"{SPEED_BENCH_SPEEDUP[1]:.2f}x"]
     lead = 3.94 / 3.03
     assert f"the paper {lead:.2f}x" in scale_report.baseline_text(bench)
     table = scale_report.acceptance_vs_shape(scale_doc, {"paper": acc})

@@ -26,7 +26,7 @@ from ..bench.archive import RESULTS
 __all__ = ["Source", "SOURCES", "Published", "PUBLISHED", "METRIC_NAMES", "Row", "PAPER_KS", "PAPER_MODEL",
            "PAPER_HEADS", "PAPER_DEVICE", "paper_values", "paper_side", "LABEL", "LAB_NAMES", "lab_workloads",
            "ratios", "comparison", "best_ks_and_als", "README_SWEEP", "load_sweep", "check_answer_sweep",
-           "continuous_sweep", "lab_sweeps", "c64_doc", "one_or_both"]
+           "continuous_sweep", "lab_sweeps", "c64_doc", "one_or_both", "measured_al"]
 
 PAPER_KS = (3, 5, 7)  # the blog swept K ∈ {3, 5, 7} and took each method's best
 _PAPER_WORKLOADS = ("MT-Bench", "HumanEval")  # the paper's two benchmarks we run, in its figures' order
@@ -154,8 +154,18 @@ def _best(bench: Mapping, method: str, workload: str, c: int) -> dict | None:
     return max(pick, key=lambda r: r["tps"]) if pick else None
 
 
-def _al(bench: Mapping, method: str, workload: str, k: int) -> float | None:
-    row = next((r for r in _rows(bench, method, workload, 1) if r["k"] == k), None)
+def measured_al(bench: Mapping, method: str, workload: str, k: int, c: int = 1) -> float | None:
+    """The AL that ``bench``'s cell (method, workload, c, K) measured at temperature 0, or None where it did not run.
+
+    The one reading of a measured AL that docs/paper.md's rows and notebook 8's baseline section share
+    (``predict.baseline_strength``), so both print the same figures.
+
+    >>> bench = {"rows": [{"method": "peagle", "workload": "code", "concurrency": 1, "temperature": 0, "k": 3,
+    ...                    "acceptance_length": 2.9}]}
+    >>> measured_al(bench, "peagle", "code", 3), measured_al(bench, "peagle", "code", 7)
+    (2.9, None)
+    """
+    row = next((r for r in _rows(bench, method, workload, c) if r["k"] == k), None)
     return None if row is None else row["acceptance_length"]
 
 
@@ -192,11 +202,11 @@ def _ours(bench: Mapping, metric: str, c64: Mapping | None = None) -> str:
         return " / ".join(parts)
     if metric.startswith("al_") and metric != "al_gain":
         _, method, k = metric.split("_")
-        return _per_workload([_al(bench, method, w, int(k[1:])) for w in workloads], ".2f")
+        return _per_workload([measured_al(bench, method, w, int(k[1:])) for w in workloads], ".2f")
     if metric == "al_gain":
         gains = {}
         for m in ("peagle", "eagle3"):
-            vals = [(_al(bench, m, w, 7), _al(bench, m, w, 3)) for w in workloads]
+            vals = [(measured_al(bench, m, w, 7), measured_al(bench, m, w, 3)) for w in workloads]
             gains[m] = _per_workload([a - b if a is not None and b is not None else None for a, b in vals], "+.2f")
         return f"P-EAGLE {gains['peagle']}, EAGLE-3 {gains['eagle3']}"
     if metric == "peak_k":

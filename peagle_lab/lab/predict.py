@@ -40,6 +40,7 @@ from ..bench.scale_costs import (carried_to, has_costs, step_costs, step_costs_a
 from ..provenance import REPO
 from .kmodel import METHODS, Acceptance, acceptance_length, measured_decode_tps
 from .paper import HUMANEVAL_AL, PAPER_AL, SPEED_BENCH_SPEEDUP
+from .paper_data import measured_al
 from .scale_runs import (CPU_SCALE, SCALE_FILE, SCALE_TOPIC, context_runs, fit_runs, load_scale, merge_scale,
                          ragged_runs, scale_files)
 
@@ -404,15 +405,22 @@ def check_summary(cells: Sequence[Mapping], tolerance: float = 0.10) -> dict:
             "all_within": bool(errs) and within == len(errs)}
 
 
-def baseline_strength(bench: Mapping, workload: str) -> dict:
-    """How much EAGLE-3's AL gains from K = 3 to K = 7, ours (measured per position) beside the paper's
-    public baseline on HumanEval: a strong EAGLE-3 (deep training-time test) keeps accepting at depth."""
-    ours = measured_acceptance(bench, workload)
-    out = {"workload": workload}
+def baseline_strength(bench: Mapping, workload: str, concurrency: int = 1) -> dict:
+    """How much each method's AL gains from K = 3 to K = 7, ours beside the paper's public baseline on HumanEval:
+    a strong EAGLE-3 (deep training-time test) keeps accepting at depth.
+
+    Ours are the ALs that ``bench``'s cells at K = 3 and K = 7 measured at ``concurrency`` (``paper_data.measured_al``,
+    the reading docs/paper.md's rows use), not AL rebuilt from the largest K's per-position acceptance
+    (:func:`measured_acceptance`, the predictions' source (a)); a method lacking either cell has no ``ours_`` entry.
+
+    Returns:
+        {"workload", "concurrency", "ours_<method>": {"al3", "al7", "gain"}, "paper_<method>": {…}} per method.
+    """
+    out = {"workload": workload, "concurrency": concurrency}
     for m in METHODS:
-        if len(ours[m]) >= 7:
-            out[f"ours_{m}"] = {"al3": al_at(ours[m], 3), "al7": al_at(ours[m], 7),
-                                "gain": al_at(ours[m], 7) - al_at(ours[m], 3)}
+        al3, al7 = (measured_al(bench, m, workload, k, concurrency) for k in (3, 7))
+        if al3 is not None and al7 is not None:
+            out[f"ours_{m}"] = {"al3": al3, "al7": al7, "gain": al7 - al3}
         out[f"paper_{m}"] = {"al3": HUMANEVAL_AL[(m, 3)], "al7": HUMANEVAL_AL[(m, 7)],
                              "gain": HUMANEVAL_AL[(m, 7)] - HUMANEVAL_AL[(m, 3)]}
     return out

@@ -245,18 +245,21 @@ def ragged_attention_text(rows: Sequence[Mapping]) -> str:
 
 
 def speedup_text(tables: Mapping[str, Sequence[Mapping]]) -> str:
-    """Predicted P-EAGLE ÷ EAGLE-3 per c for each acceptance source, beside the paper's SPEED-Bench figure."""
+    """Predicted P-EAGLE ÷ EAGLE-3 per c for each acceptance source, beside the paper's measured figure on
+    SPEED-Bench (``SPEED_BENCH_SPEEDUP``; the README and notebook 5 quote its MT-Bench and HumanEval figures)."""
     names = list(tables)
     cs = sorted({r["concurrency"] for rows in tables.values() for r in rows})
-    lines = ["P-EAGLE ÷ EAGLE-3, each at its best K (predicted; K of P-EAGLE/EAGLE-3 in brackets)",
-             f"{'c':>4}{'paper':>8}" + "".join(f"{n:>24}" for n in names)]
+    paper_head = "paper, SPEED-Bench (measured)"
+    lines = ["P-EAGLE ÷ EAGLE-3, each at its best K: the paper's measured figure, then predicted from each "
+             "acceptance (K of P-EAGLE/EAGLE-3 in brackets)",
+             f"{'c':>4}{paper_head:>31}" + "".join(f"{n:>24}" for n in names)]
     for c in cs:
         cells = []
         for n in names:
             r = next((r for r in tables[n] if r["concurrency"] == c), None)
             cells.append("—" if r is None else f"{r['ratio']:.2f}x ({r['peagle_k']}/{r['eagle3_k']})")
         paper = SPEED_BENCH_SPEEDUP.get(c)
-        lines.append(f"{c:>4}{'—' if paper is None else f'{paper:.2f}x':>8}" + "".join(f"{x:>24}" for x in cells))
+        lines.append(f"{c:>4}{'—' if paper is None else f'{paper:.2f}x':>31}" + "".join(f"{x:>24}" for x in cells))
     return "\n".join(lines)
 
 
@@ -348,25 +351,26 @@ def distance_report(scale: Mapping, shape: str = "gpt-oss-20b", concurrency: int
     return "\n".join(lines)
 
 
-def baseline_text(bench: Mapping, workloads: Sequence[str] | None = None) -> str:
-    """EAGLE-3's and P-EAGLE's AL gain from K = 3 to 7: ours per workload (default: every one the sweep has)
-    beside the paper's (HumanEval)."""
+def baseline_text(bench: Mapping, workloads: Sequence[str] | None = None, concurrency: int = 1) -> str:
+    """EAGLE-3's and P-EAGLE's AL gain from K = 3 to 7: ours per workload (default: every one the sweep has), read
+    from the sweep's measured cells at K = 3 and K = 7 and ``concurrency`` (``predict.baseline_strength``, the cells
+    docs/paper.md's rows read), beside the paper's (HumanEval)."""
     workloads = list(workloads or predict.workloads_of(bench))
-    lines = []
-    for wl in workloads:
-        s = predict.baseline_strength(bench, wl)
+    strength = {wl: predict.baseline_strength(bench, wl, concurrency) for wl in workloads}
+    lines = [f"ours: the measured cells at K = 3 and K = 7, c = {concurrency}, of each workload (the cells "
+             "docs/paper.md reads); the paper: its HumanEval AL tables"]
+    for wl, s in strength.items():
         for m in METHODS:
             if f"ours_{m}" in s:
                 o = s[f"ours_{m}"]
                 lines.append(f"{'ours, ' + wl:<17} {NAMES[m]:<8} AL(3) {o['al3']:.2f}  AL(7) {o['al7']:.2f}  gain {o['gain']:+.2f}")
-    paper = predict.baseline_strength(bench, workloads[0])
+    paper = strength[workloads[0]]
     for m in METHODS:
         p = paper[f"paper_{m}"]
         lines.append(f"{'paper, HumanEval':<17} {NAMES[m]:<8} AL(3) {p['al3']:.2f}  AL(7) {p['al7']:.2f}  gain {p['gain']:+.2f}")
     lead = paper["paper_peagle"]["al7"] / paper["paper_eagle3"]["al7"]
     lines.append(f"P-EAGLE's AL over EAGLE-3's at K = 7: the paper {lead:.2f}x (HumanEval)")
-    for wl in workloads:
-        s = predict.baseline_strength(bench, wl)
+    for wl, s in strength.items():
         if "ours_eagle3" in s and "ours_peagle" in s:
             gain, pg = s["ours_eagle3"]["gain"], paper["paper_eagle3"]["gain"]
             lines.append(f"  ours on {wl}: {s['ours_peagle']['al7'] / s['ours_eagle3']['al7']:.2f}x; our EAGLE-3 gains "
