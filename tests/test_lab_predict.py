@@ -185,6 +185,7 @@ def test_figures_draw_what_predict_computes(scale_doc):
     table = predict.speedup_table(scale_doc, "gpt-oss-20b", acc)
     fig = scale_figures.speedup_figure({"paper": table}, shape="gpt-oss-20b", paper=SPEED_BENCH_SPEEDUP)
     assert list(fig.data[0].y) == [r["ratio"] for r in table]
+    assert fig.data[-1].name == "the paper, measured on SPEED-Bench (B200)"
 
 
 def test_scale_explorer_switches_sources_and_shapes(bench, scale_doc):

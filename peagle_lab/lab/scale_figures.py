@@ -73,15 +73,16 @@ def prediction_figure(curves: Mapping[str, Mapping[int, float]], split: Mapping[
     return fig
 
 
-def speedup_figure(tables: Mapping[str, Sequence[Mapping]], *, shape: str, paper: Mapping[int, float]) -> go.Figure:
+def speedup_figure(tables: Mapping[str, Sequence[Mapping]], *, shape: str, paper: Mapping[int, float],
+                   benchmark: str = "SPEED-Bench") -> go.Figure:
     """Predicted P-EAGLE ÷ EAGLE-3 (each at its best K) against c, one line per acceptance source, with the
-    paper's measured speed-ups as markers."""
+    paper's measured speed-ups on ``benchmark`` (``paper``: {c: speed-up}) as markers."""
     fig = go.Figure()
     for name, rows in tables.items():
         fig.add_trace(go.Scatter(x=[r["concurrency"] for r in rows], y=[r["ratio"] for r in rows],
                                  mode="lines+markers", name=f"predicted, {name}"))
     cs = sorted(paper)
-    fig.add_trace(go.Scatter(x=cs, y=[paper[c] for c in cs], mode="markers", name="the paper, measured (B200)",
+    fig.add_trace(go.Scatter(x=cs, y=[paper[c] for c in cs], mode="markers", name=f"the paper, measured on {benchmark} (B200)",
                              marker=dict(size=12, symbol="diamond", color="black")))
     fig.add_hline(y=1.0, line_dash="dot", line_color="gray")
     fig.update_xaxes(type="log", tickvals=cs, title_text="concurrency c")
