@@ -64,6 +64,17 @@ def test_a_second_device_or_answer_budget_is_named_beside_the_first():
     assert "at most 1024 (c = 64: 512) new tokens" in table
 
 
+def test_root_prefixes_the_links_to_docs_for_a_page_below_the_repository_root():
+    import re
+
+    readme = paper.readme_table(_doc(STATIC), STATIC_PATH)  # the README sits at the root
+    assert "[The paper page](docs/paper.md)" in readme and "[history](docs/results/history.md)" in readme
+    notebook = paper.readme_table(_doc(STATIC), f"../{STATIC_PATH}", root="../")  # a notebook under notebooks/
+    links = re.findall(r"\]\(([^)]+)\)", notebook)
+    assert "../docs/paper.md" in links and "../docs/results/history.md" in links
+    assert all(link.startswith(("../", "http")) for link in links), links
+
+
 @pytest.mark.parametrize("static, continuous, match", [
     (_doc(STATIC, ignore_eos=True), None, "static/bench.json is not an answer-length sweep: config.ignore_eos is True"),
     (_doc(STATIC), _doc(STATIC), "continuous/bench.json has config.continuous = 0; expected a sweep batching"),
