@@ -127,4 +127,6 @@ def test_sweep_heads_names_the_shipped_heads_by_digest():
     shipped = {m: head_digest(bundled_head_dir(m)) for m in kmodel.METHODS}
     assert kmodel.sweep_heads({"config": {"head_digests": shipped}}) == {m: "the shipped head" for m in kmodel.METHODS}
     other = kmodel.sweep_heads({"config": {"head_digests": {"eagle3": "0123456789abcdef"}}})
-    assert other == {"eagle3": "another head (digest 0123456789abcdef)", "peagle": "not recorded"}
+    assert other == {"eagle3": "another head (digest 0123456789abcdef)", "peagle": "no fingerprint recorded"}
+    paths = kmodel.sweep_heads({"config": {"heads": {"peagle": "/tmp/ship/peagle-4l"}}})
+    assert paths == {"eagle3": "no fingerprint recorded", "peagle": "no fingerprint recorded; loaded from /tmp/ship/peagle-4l"}

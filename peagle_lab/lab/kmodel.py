@@ -229,23 +229,29 @@ def sweep_heads(bench: Mapping) -> dict[str, str]:
     """Which heads a sweep measured, by the fingerprints its ``config.head_digests`` records.
 
     A fit describes the heads the sweep ran, so read it beside this: ``"the shipped head"``
-    when the recorded digest is the bundled head's, ``"another head (digest …)"`` when it is not,
-    ``"not recorded"`` when the file has no fingerprint.
+    when the recorded digest is the bundled head's, ``"another head (digest …)"`` when it is not;
+    a file without a fingerprint says so and names the folder it loaded the head from
+    (``config.heads``), which alone cannot tell whether that head ships.
 
-    >>> sweep_heads({"config": {}})
-    {'eagle3': 'not recorded', 'peagle': 'not recorded'}
+    >>> sweep_heads({"config": {"heads": {"eagle3": "/tmp/heads/eagle3-1l"}}})["eagle3"]
+    'no fingerprint recorded; loaded from /tmp/heads/eagle3-1l'
+    >>> sweep_heads({"config": {}})["peagle"]
+    'no fingerprint recorded'
     """
     from ..heads import bundled_head_dir
     from ..heads.io import head_digest
 
-    recorded = (bench.get("config") or {}).get("head_digests") or {}
+    cfg = bench.get("config") or {}
+    recorded, folders = cfg.get("head_digests") or {}, cfg.get("heads") or {}
     out = {}
     for m in METHODS:
         bundled = bundled_head_dir(m)
         digest = recorded.get(m)
-        out[m] = ("not recorded" if not digest else
-                  "the shipped head" if bundled is not None and digest == head_digest(bundled) else
-                  f"another head (digest {digest})")
+        if not digest:
+            out[m] = "no fingerprint recorded" + (f"; loaded from {folders[m]}" if folders.get(m) else "")
+        else:
+            out[m] = ("the shipped head" if bundled is not None and digest == head_digest(bundled) else
+                      f"another head (digest {digest})")
     return out
 
 
