@@ -115,6 +115,7 @@ def test_the_notebook_printouts_say_the_heads_the_gaps_the_lead_and_the_paper(se
     cond = bdr.conditional_text(session)
     assert cond.count("TTT 3 minus TTT 7") == 3 and cond.count("mean gap at positions 1-3") == 3
     lead = bdr.lead_text(session)
+    assert lead.startswith("AL from this experiment's own evaluation")  # not the answer-length sweep's cells
     assert "K = 3 (inside its TTT depth)" in lead and "K = 7 (past its TTT depth)" in lead
     assert "the paper's P-EAGLE over its EAGLE-3 (HumanEval): 1.30x" in lead
     assert "changes P-EAGLE's lead" in lead  # the rehearsal's shallow head does not raise the lead on every workload

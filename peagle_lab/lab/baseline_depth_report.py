@@ -70,7 +70,9 @@ def lead_text(session: Mapping, k: int = max(LEAD_KS), c64: bool = True) -> str:
     if not change:
         return "no pair of EAGLE-3 heads of two TTT depths in this session"
     deep, shallow = (labels[n] for n in deep_and_shallow(results, labels))
-    lines = ["P-EAGLE's AL lead (its AL minus each EAGLE-3 head's); the last column: the second lead minus the first",
+    lines = ["AL from this experiment's own evaluation (its train/results.json: every head on the same prompts), not "
+             "from the answer-length sweep",
+             "P-EAGLE's AL lead (its AL minus each EAGLE-3 head's); the last column: the second lead minus the first",
              f"{'workload':<10}{'K':>3}  {'over ' + deep:>32}  {'over ' + shallow:>22}  {'change':>7}"]
     lines += [f"{r['workload']:<10}{r['k']:>3}  {r['deep']:>+32.3f}  {r['shallow']:>+22.3f}  {r['change']:>+7.3f}"
               for r in change]
