@@ -170,3 +170,24 @@ def test_every_path_the_pages_name_exists(page):
             continue
         rel = path.removeprefix("docs/results/")
         assert (RESULTS / rel).exists() or (RESULTS / "h200" / rel).exists(), f"{page.name}: {path}"
+
+
+
+# topics the index describes as a kind, not folder by folder: the GPU suite (its subsection names the files every run
+# holds); and the K sweeps, which history.md's "The K sweeps on the H200, folder by folder" names one by one
+AS_A_KIND = {"gpu_suite"}
+NAMED_IN_HISTORY = {"k_scaling"}
+
+
+def unnamed_runs(index_text: str, history_text: str) -> list[str]:
+    """The run folders (relative to docs/results/) whose ``DATE-COMMIT/`` name no hand-written line mentions."""
+    hand = index_text.split(archive.BEGIN)[0]  # the generated tables list every folder; they do not count
+    return [run.path.relative_to(RESULTS).as_posix() for run in run_folders() if run.topic not in AS_A_KIND
+            and f"{run.path.name}/" not in (history_text if run.topic in NAMED_IN_HISTORY else hand)]
+
+
+def test_every_run_folder_is_described_by_name():
+    """A run landed without a line saying what it holds is caught: each run folder's name appears in the index's
+    hand-written part (above the generated tables), or for a K sweep in the history's folder-by-folder table."""
+    missing = unnamed_runs(INDEX.read_text(), (ROOT / "docs/results/history.md").read_text())
+    assert not missing, f"say what these run folders hold in docs/results/README.md's topic rows: {missing}"
