@@ -121,3 +121,15 @@ def test_importing_the_documented_modules_loads_no_model(tmp_path):
                          env=env, cwd=ROOT, timeout=300)
     assert out.returncode == 0, out.stderr
     assert not (tmp_path / "cache").exists() or not any((tmp_path / "cache").iterdir())
+
+
+def test_the_landing_page_gives_a_reading_order_with_the_paper_page_second():
+    """A learner reads the mechanism, then the paper beside the lab, then runs the notebooks; the toctree (the
+    site's sidebar) follows the same order."""
+    text = (DOCS / "index.md").read_text()
+    steps = re.findall(r"^\| (\d+) \| \[[^\]]+\]\(([\w/]+)\.md\) \|", text, flags=re.MULTILINE)
+    order = [page for _, page in steps]
+    assert [int(n) for n, _ in steps] == list(range(1, len(steps) + 1))
+    assert order[:2] == ["concepts", "paper"] and order.index("notebooks") < order.index("engine")
+    entries = toctree_entries(text)
+    assert entries[:len(order)] == order, "the toctree's first entries follow the reading order"
