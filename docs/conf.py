@@ -347,11 +347,25 @@ def _figure_html(figure: dict, png: str | None, div_id: str) -> str:
             f'Plotly.newPlot(el, f.data, f.layout, {{responsive: true}}); }});</script>{still}</div>')
 
 
+def _site_links(text):
+    """Markdown links written for ``notebooks/`` (``../docs/paper.md``) as seen from the page's copy in
+    ``docs/notebooks/`` (``../paper.md``): the same file, one folder less to climb. ``text`` is a string or a
+    notebook's list of lines."""
+    if isinstance(text, list):
+        return [_site_links(line) for line in text]
+    return text.replace("](../docs/", "](../")
+
+
 def notebook_page(nb: dict, stem: str) -> dict:
-    """A notebook ready for myst-nb: every plotly output also carries ``text/html`` (see the module docstring)."""
+    """A notebook ready for myst-nb: its Markdown's links to ``../docs/`` point within the site, and every plotly output
+    also carries ``text/html`` (see the module docstring)."""
     for i, cell in enumerate(nb.get("cells", [])):
+        if cell.get("cell_type") == "markdown":
+            cell["source"] = _site_links(cell.get("source", ""))
         for j, out in enumerate(cell.get("outputs", [])):
             data = out.get("data", {})
+            if "text/markdown" in data:
+                data["text/markdown"] = _site_links(data["text/markdown"])
             if _PLOTLY in data:  # myst-nb has no renderer for plotly's own mimetype: it gets HTML instead
                 png = data.get("image/png")
                 data["text/html"] = _figure_html(data.pop(_PLOTLY), "".join(png) if isinstance(png, list) else png,

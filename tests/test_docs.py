@@ -133,3 +133,21 @@ def test_the_landing_page_gives_a_reading_order_with_the_paper_page_second():
     assert order[:2] == ["concepts", "paper"] and order.index("notebooks") < order.index("engine")
     entries = toctree_entries(text)
     assert entries[:len(order)] == order, "the toctree's first entries follow the reading order"
+
+
+def test_notebook_pages_link_docs_pages_from_their_copy_in_docs_notebooks():
+    """A notebook links ``../docs/paper.md`` from notebooks/; its page is a copy in docs/notebooks/, where the same
+    file is ``../paper.md``. Markdown cells and Markdown outputs change; code and plain-text outputs do not."""
+    nb = {"cells": [
+        {"cell_type": "markdown",
+         "source": ["See [the paper page](../docs/paper.md) and ", "[engine](../docs/engine.md)."]},
+        {"cell_type": "code", "source": "path = '../docs/paper.md'", "outputs": [
+            {"output_type": "display_data", "data": {"text/markdown": "[table](../docs/results/README.md)",
+                                                     "text/plain": "[table](../docs/results/README.md)"}}]},
+    ]}
+    page = conf.notebook_page(nb, "05_x")
+    assert page["cells"][0]["source"] == ["See [the paper page](../paper.md) and ", "[engine](../engine.md)."]
+    assert page["cells"][1]["source"] == "path = '../docs/paper.md'"
+    data = page["cells"][1]["outputs"][0]["data"]
+    assert data["text/markdown"] == "[table](../results/README.md)"
+    assert data["text/plain"] == "[table](../docs/results/README.md)"
