@@ -79,10 +79,21 @@ def test_json_round_trip_keeps_rows_skips_and_unknown_fields(tmp_path):
     (dict(verify_ms=None), "verify_ms"),  # our engine always times its steps
     (dict(workload=""), "workload"),
     (dict(agreement=1.5), "agreement"),
+    (dict(mean_context=-3.0), "mean_context"),
+    (dict(longest_row_context="900"), "longest_row_context"),
+    (dict(mean_context=320.0, longest_context=300.0), "mean_context"),  # a mean above its longest
+    (dict(mean_row_context=950.5, longest_row_context=900.0), "mean_row_context"),
 ])
 def test_validator_rejects_bad_rows(change, message):
     with pytest.raises(SchemaError, match=message):
         validate_row(spec_row(**change))
+
+
+def test_validator_accepts_recorded_contexts_and_rows_without_them():
+    validate_row(spec_row(mean_context=300.0, longest_context=1100.5, mean_row_context=310.0,
+                          longest_row_context=1100.5))
+    validate_row(spec_row(mean_context=None, longest_context=None))
+    validate_row(spec_row())
 
 
 def test_validator_rejects_a_baseline_that_drafts():

@@ -32,6 +32,9 @@ SOURCES = ("peagle_lab", "transformers", "vllm")
 RUN_INFO_FIELDS = ("device", "torch", "command", "commit", "date")
 # Tolerance of the AL identities (AL = 1 + accepted/drafts = 1 + sum of per-position rates).
 AL_TOLERANCE = 1e-3
+# The contexts a cell's decode steps held, averaged over steps (peagle_lab.engine.metrics.context_summary): mean and
+# longest over busy rows, then over every row the step ran; optional, each mean at most its longest.
+CONTEXT_FIELDS = (("mean_context", "longest_context"), ("mean_row_context", "longest_row_context"))
 
 
 class SchemaError(ValueError):
@@ -196,6 +199,12 @@ def validate_row(d: dict, where: str = "row") -> None:
     for name in ("step_ms", "prefill_ms"):
         _number(f"{where}.{name}", d.get(name), none_ok=True)
     _number(f"{where}.agreement", d.get("agreement"), 0.0, 1.0, none_ok=True)
+    for mean, longest in CONTEXT_FIELDS:
+        _number(f"{where}.{mean}", d.get(mean), none_ok=True)
+        _number(f"{where}.{longest}", d.get(longest), none_ok=True)
+        if d.get(mean) is not None and d.get(longest) is not None and d[mean] > d[longest] + AL_TOLERANCE:
+            raise SchemaError(f"{where}.{mean}: {d[mean]} exceeds {longest} = {d[longest]} (a mean over rows is at "
+                              f"most their longest)")
 
 
 def validate_result(d: dict) -> None:
