@@ -17,7 +17,8 @@
 #   base   the same at the packed commit (its own headline_session.sh, its own snapshot), K 1 3 5 8 by default
 #          (BASE_FLAGS), BASE_BUDGET_S (200) → $OUT/base/answer_c64/; its rows' run_info names the base commit
 #          (read from the archive's comment)
-#   suite  the GPU suite at this tree, cut where SUITE_S (560) ends → $OUT/suite/gpu_suite/
+#   suite  the GPU suite at this tree (SUITE_FILES: its test files, default all), cut where SUITE_S (560) ends
+#          → $OUT/suite/gpu_suite/
 # Compare cell for cell (workload, method, K): tps, step_ms, verify_ms and, where both record them, mean_row_context /
 # longest_row_context. Land head's answer_c64 as an answer-length sweep (answer_length/DATE-COMMIT/) and base's
 # beside it in a sub-folder, so no reader takes it for the newest sweep.

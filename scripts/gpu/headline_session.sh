@@ -45,7 +45,7 @@
 #
 # Knobs (environment): PYTHON, SKIP (stage names: answer_c64, scale_ctx, scale_ragged, attention_splits, suite),
 # ANSWER_FLAGS (more bench flags, last so they win), CONTEXTS, SCALE_BUDGET_S, RAGGED_RANGES, RAGGED_BUDGET_S,
-# ATTENTION_LIMIT_S, SESSION_BUDGET_S. A CPU rehearsal (tiny random target and heads; a few minutes):
+# ATTENTION_LIMIT_S, SESSION_BUDGET_S, SUITE_FILES (the suite's test files; default every file with GPU tests). A CPU rehearsal (tiny random target and heads; a few minutes):
 #   SMOKE=1 OUT=/tmp/hl_smoke PYTHON=$PWD/.venv/bin/python OMP_NUM_THREADS=1 SESSION_BUDGET_S=300 \
 #   timeout 900 bash scripts/gpu/headline_session.sh
 set -uo pipefail
@@ -133,7 +133,7 @@ suite() {
   local left=$((SESSION_BUDGET_S - SECONDS))
   [ "$left" -ge 60 ] || { echo "### suite skipped: ${left}s left of SESSION_BUDGET_S=$SESSION_BUDGET_S"; return 0; }
   echo "### suite for at most ${left}s → \$OUT/gpu_suite (interrupted there, its report still written)"
-  local files=()
+  local files=(${SUITE_FILES:-})  # split on purpose: "tests/test_engine_gpu.py tests/test_stream.py"
   [ "$SMOKE" != 1 ] || files=(tests/test_results_index.py)  # no GPU here: every test deselected, pytest's exit 5
   timeout -s INT -k 60 "$left" bash scripts/gpu/gpu_tests.sh "$OUT/gpu_suite" "${files[@]}" > "$OUT/gpu_suite.log" 2>&1
   local rc=$?
