@@ -38,6 +38,8 @@ TOPICS = {
     "continuous_batching": "static batches against continuous batching (admission every few steps)",
     "decode_attention": "the split-KV decode-attention kernel against SDPA, the call alone and in engine steps",
     "doctor": "`peagle-lab doctor --json`: versions, GPUs, engine paths, model and heads",
+    "engine_ab": "an engine change where a server runs it: answers to EOS at c = 64 batched continuously "
+                 "(`scripts/gpu/engine_ab_session.sh`), and the engine's GPU tests at the same commit",
     "first_draft": "the first draft after prefill: eager against graphed, and its share of the prefill",
     "gpu_suite": "the GPU test suite (`scripts/gpu/gpu_tests.sh`) and the bf16 greedy token-match rate",
     "k_scaling": "K sweep at a fixed length: plain, EAGLE-3 and P-EAGLE over K at c = 1 and 64, chat and code",
