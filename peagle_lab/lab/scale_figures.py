@@ -82,7 +82,8 @@ def speedup_figure(tables: Mapping[str, Sequence[Mapping]], *, shape: str, paper
         fig.add_trace(go.Scatter(x=[r["concurrency"] for r in rows], y=[r["ratio"] for r in rows],
                                  mode="lines+markers", name=f"predicted, {name}"))
     cs = sorted(paper)
-    fig.add_trace(go.Scatter(x=cs, y=[paper[c] for c in cs], mode="markers", name=f"the paper, measured on {benchmark} (B200)",
+    fig.add_trace(go.Scatter(x=cs, y=[paper[c] for c in cs], mode="markers",
+                             name=f"the paper, measured on {benchmark} (B200)",
                              marker=dict(size=12, symbol="diamond", color="black")))
     fig.add_hline(y=1.0, line_dash="dot", line_color="gray")
     fig.update_xaxes(type="log", tickvals=cs, title_text="concurrency c")

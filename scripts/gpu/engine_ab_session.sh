@@ -20,8 +20,8 @@
 #   suite  the GPU suite at this tree (SUITE_FILES: its test files, default all), cut where SUITE_S (560) ends
 #          → $OUT/suite/gpu_suite/
 # Compare cell for cell (workload, method, K): tps, step_ms, verify_ms and, where both record them, mean_row_context /
-# longest_row_context. Land head's answer_c64 as an answer-length sweep (answer_length/DATE-COMMIT/) and base's
-# beside it in a sub-folder, so no reader takes it for the newest sweep.
+# longest_row_context. Land head's answer_c64 as an answer-length sweep (answer_length/DATE-COMMIT/) and base's under
+# engine_ab/DATE-COMMIT/, outside answer_length/, so no reader takes the base engine's sweep for the newest one.
 # SKIP (head, base, suite) leaves stages out. A CPU rehearsal (tiny random target and heads; under a minute):
 #   bash scripts/gpu/engine_ab_session.sh --pack HEAD && SMOKE=1 OUT=/tmp/ab_smoke PYTHON=$PWD/.venv/bin/python \
 #   OMP_NUM_THREADS=1 bash scripts/gpu/engine_ab_session.sh
@@ -38,7 +38,7 @@ if [ "${1:-}" = "--pack" ]; then
   echo "engine_ab_session.sh: packed $sha into $PACK ($(wc -c < "$PACK") bytes); carry it with the bundle's last part"
   exit 0
 fi
-source scripts/gpu/stage_lib.sh  # session_paths, whole_numbers, known_stages, stage, stages_done
+source scripts/gpu/stage_lib.sh  # session_paths, whole_numbers, known_stages, copy_tree, stage, stages_done
 session_paths || exit 2
 whole_numbers HEAD_BUDGET_S BASE_BUDGET_S SUITE_S || exit 2
 known_stages head base suite || exit 2
@@ -54,8 +54,7 @@ case $trees in
 esac
 rm -rf "$trees" && mkdir -p "$trees/head" "$trees/base" || exit 2
 # Both trees are copied once, now: the device calls that follow this one copy the working tree again
-tar -C "$repo" --exclude=./.stage --exclude=./.git --exclude=./.venv --exclude=__pycache__ -cf - . \
-  | tar -C "$trees/head" -xf - || { echo "could not copy the tree to $trees/head"; exit 2; }
+copy_tree "$trees/head" || { echo "could not copy the tree to $trees/head"; exit 2; }
 [ ! -f "$PACK" ] || tar -xzf "$PACK" -C "$trees/base" || { echo "could not unpack $PACK"; exit 2; }
 echo "### engine_ab_session.sh at $(date -u +%FT%TZ): head $head_sha, base ${base_sha:-none}"
 local common=(SMOKE="${SMOKE:-0}" PYTHON="$PY" SKIP="scale_ctx scale_ragged attention_splits suite")

@@ -45,7 +45,8 @@
 #
 # Knobs (environment): PYTHON, SKIP (stage names: answer_c64, scale_ctx, scale_ragged, attention_splits, suite),
 # ANSWER_FLAGS (more bench flags, last so they win), CONTEXTS, SCALE_BUDGET_S, RAGGED_RANGES, RAGGED_BUDGET_S,
-# ATTENTION_LIMIT_S, SESSION_BUDGET_S, SUITE_FILES (the suite's test files; default every file with GPU tests). A CPU rehearsal (tiny random target and heads; a few minutes):
+# ATTENTION_LIMIT_S, SESSION_BUDGET_S, SUITE_FILES (the suite's test files; default every file with GPU tests).
+# A CPU rehearsal (tiny random target and heads; a few minutes):
 #   SMOKE=1 OUT=/tmp/hl_smoke PYTHON=$PWD/.venv/bin/python OMP_NUM_THREADS=1 SESSION_BUDGET_S=300 \
 #   timeout 900 bash scripts/gpu/headline_session.sh
 set -uo pipefail
