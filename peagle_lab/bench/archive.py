@@ -238,11 +238,23 @@ END = "<!-- END runs -->"
 
 
 def key_figure(folder: Path) -> str:
-    """What the folder's own files say in one phrase: cells measured, tests passed, token-match rate.
+    """What the folder's own files say in one phrase: cells measured, tests passed, token-match rate; where the
+    folder's own files say nothing, what its sub-folders' say, each named (an A/B run's ``base/`` and ``gpu_suite/``).
 
     >>> key_figure(RESULTS / "h200/gpu_suite/2026-12-04-85d480f")
     'GPU suite 92/92 passed; bf16 greedy match 1.0'
+    >>> key_figure(RESULTS / "h100/engine_ab/2026-12-06-981fddb")
+    'base/: 18 cells; gpu_suite/: GPU suite 92/92 passed (exit 1)'
     """
+    own = _own_figure(folder)
+    if own != "—":
+        return own
+    subs = [f"{sub.name}/: {figure}" for sub in sorted(p for p in folder.iterdir() if p.is_dir())
+            if (figure := _own_figure(sub)) != "—"]
+    return "; ".join(subs) or "—"
+
+
+def _own_figure(folder: Path) -> str:
     parts = []
     bench = _load(folder / "bench.json")
     if isinstance(bench, dict) and isinstance(bench.get("rows"), list):
@@ -250,7 +262,8 @@ def key_figure(folder: Path) -> str:
         parts.append(f"{len(bench['rows'])} cells" + (f", {skipped} skipped" if skipped else ""))
     suite = _load(folder / "gpu_suite.json")
     if isinstance(suite, dict) and "passed" in suite:
-        parts.append(f"GPU suite {suite['passed']}/{suite.get('tests', suite['passed'])} passed")
+        cut = f" (exit {suite['exit_code']})" if suite.get("exit_code") else ""  # e.g. a session's budget cut it
+        parts.append(f"GPU suite {suite['passed']}/{suite.get('tests', suite['passed'])} passed{cut}")
     match = _load(folder / "bf16_match_rate.json")
     if isinstance(match, dict) and isinstance(match.get("token_match_rate"), dict):
         parts.append(f"bf16 greedy match {min(match['token_match_rate'].values())}")
