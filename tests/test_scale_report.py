@@ -56,6 +56,12 @@ def test_context_text_names_the_runs_and_each_cells_context():
     scale["ragged"] = [{"grid": {"prompt_tokens": 300, "prompt_range": [50, 550], "new_tokens": 24}, "costs": []}]
     cells[0]["step_runs"] = "ragged"
     assert "ragged runs (prompts drawn from 50-550 tokens): 1 of 3 cells" in scale_report.context_text(scale, cells)
+    assert "fit" not in scale_report.context_text(scale, cells)
+    cells[1].update(step_runs="fit", longest_context=1000.0, busy_share=0.5)
+    text = scale_report.context_text(scale, cells)
+    assert "1 of 3 cells record the mean and longest context of every row" in text
+    assert ("code, c = 64: steps attend to 290-310 tokens on average over busy rows; the longest row 1000-1000; "
+            "busy rows 50-50 % of the rows a step runs") in text
 
 
 @pytest.mark.parametrize("command, expected", [("x --shapes 1,1,8,2,4 9,1,8 --out y", [(2, 4), (0, 0)]),
@@ -102,4 +108,23 @@ def test_the_fit_table_and_the_longest_context_a_measured_step_needs():
     bench = {"config": {"prompts": {"code": {"mean_tokens": 200.0, "max_tokens": 400}}, "max_new_tokens": 1024},
              "rows": [row]}
     assert report.longest_needed_text(bench=bench, scale=scale, shape="s").splitlines()[-1].split() == \
-        ["code", "EAGLE-3", "1", "2.30", "300", "500", "1424"]
+        ["code", "EAGLE-3", "1", "2.30", "300", "500", "—", "1424"]
+    # a row that records its contexts over every row is read at them: mean 250, so the step needs 525
+    recorded = {**row, "mean_context": 300.0, "longest_context": 700.0, "mean_row_context": 250.0,
+                "longest_row_context": 800.0}
+    assert report.longest_needed_text(bench={**bench, "rows": [recorded]}, scale=scale,
+                                      shape="s").splitlines()[-1].split() == \
+        ["code", "EAGLE-3", "1", "2.30", "250", "525", "800", "1424"]
+
+
+def test_the_verify_pass_by_k_names_each_programs_tile():
+    from peagle_lab.lab import context_fit_report as report
+
+    row = lambda w, m, k, ms: {"workload": w, "method": m, "k": k, "concurrency": 64, "temperature": 0, "verify_ms": ms}
+    bench = {"rows": [row("code", "eagle3", 4, 1.76), row("code", "eagle3", 5, 2.14), row("code", "peagle", 5, 2.19),
+                      row("code", "baseline", 0, 1.8), {**row("code", "peagle", 4, 9.0), "concurrency": 1}]}
+    lines = report.verify_by_k_text(bench).splitlines()
+    assert lines[1].split() == ["K", "4", "5"]
+    assert lines[2].split() == ["query", "rows", "15", "18"]  # SmolLM2: 9 query heads over 3 K/V heads
+    assert lines[3].split() == ["tile", "rows", "16", "32"]
+    assert lines[4:] == ["code EAGLE-3         1.76   2.14", "code P-EAGLE            —   2.19"]

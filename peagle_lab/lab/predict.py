@@ -366,7 +366,7 @@ def check_against_bench(scale: Mapping, bench: Mapping, shape: str = "smollm2-13
 
     Returns:
         ``[{"workload", "method", "k", "concurrency", "rows", "context", "longest_context", "continuous",
-        "step_runs", "predicted_tps",
+        "step_runs", "busy_share" (the share of the rows' steps that served a request still decoding), "predicted_tps",
         "measured_tps",
         "error", "full_rows_error", "predicted_step_ms", "measured_step_ms", "predicted_al", "measured_al"}]``,
         error = predicted / measured − 1 = (1 + AL error) / (1 + step error) − 1.
@@ -385,6 +385,7 @@ def check_against_bench(scale: Mapping, bench: Mapping, shape: str = "smollm2-13
         out.append({"workload": r["workload"], "method": r["method"], "k": r["k"], "concurrency": c,
                     "rows": busy, "context": context, "longest_context": contexts[1] if contexts else None,
                     "continuous": bool(r.get("continuous")), "step_runs": kind,
+                    "busy_share": r["num_drafts"] / r["row_steps"] if r.get("row_steps") else None,
                     "predicted_tps": pred,
                     "measured_tps": meas, "error": pred / meas - 1.0,
                     "full_rows_error": 1000.0 * c * al / full / measured_decode_tps(r) - 1.0,

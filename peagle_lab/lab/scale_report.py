@@ -167,9 +167,18 @@ def context_text(scale: Mapping, cells: Sequence[Mapping]) -> str:
         used = sum(x.get("step_runs") == "ragged" for x in cells)
         lines.append(f"ragged runs (prompts drawn from {ranges} tokens): {used} of {len(cells)} cells, those with more "
                      f"than one busy row, read their step there")
+    if fit := sum(x.get("step_runs") == "fit" for x in cells):
+        lines.append(f"{fit} of {len(cells)} cells record the mean and longest context of every row their steps ran "
+                     "(an idle row at 1) and read their step from the fit of every run at their c")
     for wl, c in sorted({(x["workload"], x["concurrency"]) for x in cells if x.get("context") is not None}):
         ctx = [x["context"] for x in cells if (x["workload"], x["concurrency"]) == (wl, c) and x.get("context")]
-        lines.append(f"  {wl}, c = {c}: steps attend to {min(ctx):.0f}-{max(ctx):.0f} tokens on average")
+        top = [x["longest_context"] for x in cells if (x["workload"], x["concurrency"]) == (wl, c)
+               and x.get("longest_context")]
+        busy = [100 * x["busy_share"] for x in cells if (x["workload"], x["concurrency"]) == (wl, c)
+                and x.get("busy_share") is not None and x.get("step_runs") == "fit"]
+        lines.append(f"  {wl}, c = {c}: steps attend to {min(ctx):.0f}-{max(ctx):.0f} tokens on average over busy rows"
+                     + (f"; the longest row {min(top):.0f}-{max(top):.0f}" if top else "")
+                     + (f"; busy rows {min(busy):.0f}-{max(busy):.0f} % of the rows a step runs" if busy else ""))
     return "\n".join(lines)
 
 
