@@ -157,6 +157,9 @@ def test_grid_rejects_bad_values():
     for bad in ((20, 10), (0, 10), (100, 40000)):
         with pytest.raises(ValueError, match=r"prompt_range=\(%d, %d\): expected 1 <= LO <= HI <= 32768" % bad):
             replace(scale.TINY_GRID, prompt_range=bad)
+    for bad in (-1, 1):  # TINY_GRID measures c = 1: no row to spare for a stand-in
+        with pytest.raises(ValueError, match=r"short_rows=%d: expected 0 to 0, fewer than the smallest c" % bad):
+            replace(scale.TINY_GRID, short_rows=bad)
 
 
 def test_a_ragged_grid_draws_each_requests_prompt_seeded():
@@ -168,6 +171,19 @@ def test_a_ragged_grid_draws_each_requests_prompt_seeded():
     assert scale_costs.prompt_range({"grid": asdict(grid)}) == (50, 1450)
     assert scale_costs.prompt_range({"grid": asdict(scale.TINY_GRID)}) is None  # uniform, as runs without the key
     assert scale.prompt_lengths(scale.TINY_GRID, 3, torch.Generator()) == [12, 12, 12]
+
+
+def test_short_rows_stand_in_for_a_continuous_batchs_idle_rows():
+    grid = replace(scale.TINY_GRID, prompt_range=(50, 1450), short_rows=2, concurrency={"smollm2-135m": (4, 64)},
+                   shapes=("smollm2-135m",))
+    ragged = scale.prompt_lengths(replace(grid, short_rows=0), 4, torch.Generator().manual_seed(1))
+    assert scale.prompt_lengths(grid, 4, torch.Generator().manual_seed(1)) == ragged[:2] + [1, 1]
+    assert scale.prompt_lengths(replace(grid, prompt_range=None, prompt_tokens=12), 4, torch.Generator()) == [12, 12, 1, 1]
+    doc = {"grid": asdict(grid)}
+    assert scale_costs.short_rows(doc) == 2 and scale_costs.short_rows({"grid": asdict(scale.TINY_GRID)}) == 0
+    mean, longest = scale_costs.cell_contexts(doc, {"k": 1, "concurrency": 64})  # drawn again, two rows at 1 token
+    full, top = scale_costs.cell_contexts({"grid": asdict(replace(grid, short_rows=0))}, {"k": 1, "concurrency": 64})
+    assert longest == top and mean < full
 
 
 def test_command_line_writes_json_with_run_info(tmp_path):
@@ -215,6 +231,19 @@ def test_command_line_runs_a_ragged_batch(tmp_path, capsys):
     assert "not allowed with argument --prompt-tokens" in capsys.readouterr().err
     with pytest.raises(ValueError, match=r"prompt_range=\(20, 4\)"):
         scale.main(["--tiny", "--prompt-range", "20", "4", "--out", str(out)])
+
+
+def test_command_line_runs_short_rows_beside_a_ragged_batch(tmp_path):
+    out = tmp_path / "scale.json"
+    assert cli_main(["scale", "--tiny", "--shapes", "llama-3.2-1b", "-k", "1", "--depths", "1", "-c", "4",
+                     "--prompt-range", "16", "20", "--short-rows", "2", "--out", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert doc["grid"]["short_rows"] == 2 and doc["costs"]
+    half = doc["grid"]["new_tokens"] / 2
+    for r in doc["costs"]:  # two rows of 16-20 tokens and two of 1 token: the mean falls, the longest stays
+        assert r["mean_context"] < (16 + 20) / 2 / 2 + 1 + half and 16 + half <= r["longest_context"] <= 20 + half
+    with pytest.raises(ValueError, match=r"short_rows=4: expected 0 to 3"):
+        scale.main(["--tiny", "--shapes", "llama-3.2-1b", "-c", "4", "--short-rows", "4", "--out", str(out)])
 
 
 def _fit_runs(a: float, b: float, c: float, noise=(0.0, 0.0, 0.0, 0.0, 0.0)) -> list[dict]:

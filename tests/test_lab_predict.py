@@ -444,6 +444,10 @@ def test_a_ragged_run_goes_to_ragged_and_replaces_no_costs():
     assert predict.ragged_runs(doc) == doc["ragged"] and path == "a.json + n.json + w.json"
     alone, _ = predict.merge_scale([(new, "n.json")])  # no uniform run: the ragged one stands in, and says so
     assert alone["grid"]["prompt_range"] == [40, 600] and predict.ragged_runs(alone)[0] is alone
+    short = _ragged(40, 600, "2026-12-06T10:00", (64,), float)
+    short["grid"]["short_rows"] = 32  # the same range with one-token stand-ins for idle rows: a run of its own
+    doc, _ = predict.merge_scale([(short, "s.json"), (new, "n.json"), (base, "a.json")])
+    assert sorted(r["file"] for r in doc["ragged"]) == ["n.json", "s.json"]
 
 
 def test_a_ragged_run_changes_a_c64_cells_step_and_leaves_a_c1_cells_alone():
@@ -467,6 +471,13 @@ def test_a_ragged_run_changes_a_c64_cells_step_and_leaves_a_c1_cells_alone():
     assert after[1, 1.0]["predicted_step_ms"] == pytest.approx(1.0)
     unknown = predict.check_against_bench(scale, {"rows": rows})  # no prompt lengths recorded: the uniform runs
     assert {c["step_runs"] for c in unknown} == {"uniform"}
+    # a run with one-token stand-ins for idle rows joins only the fit: the ragged path leaves it out
+    stand_in = _ragged(40, 600, "d", (64,), lambda c: 9.0 * c)
+    stand_in["grid"]["short_rows"] = 32
+    scale["ragged"].append(stand_in)
+    with_short = {(c["concurrency"], c["rows"]): c for c in predict.check_against_bench(scale, bench)
+                  if c["method"] == "peagle"}
+    assert with_short == after
 
 
 def _fit_scale():

@@ -61,7 +61,8 @@ from ..drafter import Drafter
 from ..engine import SpecDecoder, context_summary
 from ..models.llama import LlamaConfig, LlamaModel
 from ..provenance import run_info
-from .scale_costs import CONTEXTS, cell_seed, drawn_lengths, experts_read, full_depth_costs, layer_check, step_costs
+from .scale_costs import (CONTEXTS, cell_seed, drawn_lengths, experts_read, full_depth_costs, layer_check, step_costs,
+                          with_short_rows)
 from .scale_moe import measure_moe
 
 __all__ = ["ScaleShape", "SHAPES", "PROMPT_TOKENS", "ScaleGrid", "GPU_GRID", "TINY_GRID", "expected_experts", "prompt_lengths",
@@ -139,6 +140,7 @@ class ScaleGrid:
     prompt_tokens: int = PROMPT_TOKENS  # context a request holds when its decode starts
     # ragged: each request's prompt drawn uniformly from [lo, hi] tokens (prompt_tokens then records the mean)
     prompt_range: tuple[int, int] | None = None
+    short_rows: int = 0  # of each cell's c requests, this many hold a 1-token prompt (a continuous batch's idle rows)
     new_tokens: int = 24  # measured steps a cell (random heads accept ~nothing: one token a step)
     device: str = "cuda"
     dtype: str = "bfloat16"
@@ -166,6 +168,10 @@ class ScaleGrid:
         bad_c = {s: cs for s, cs in self.concurrency.items() if not cs or min(cs) < 1 or max(cs) > 1024}
         if bad_c:
             raise ValueError(f"concurrency={bad_c!r}: expected concurrencies in [1, 1024]")
+        least = min(min(self.concurrency.get(s, (1,))) for s in self.shapes)
+        if not 0 <= self.short_rows < least:
+            raise ValueError(f"short_rows={self.short_rows!r}: expected 0 to {least - 1}, fewer than the smallest c "
+                             "measured, so every cell keeps a request of the drawn length")
 
     def ks_of(self, shape: str) -> tuple[int, ...]:
         return tuple(self.shape_ks.get(shape, self.ks))
@@ -225,8 +231,8 @@ def prompt_lengths(grid: ScaleGrid, c: int, gen: torch.Generator) -> list[int]:
     (5, 9, 7, [12, 12])
     """
     if grid.prompt_range is None:
-        return [grid.prompt_tokens] * c
-    return drawn_lengths(*grid.prompt_range, c, gen)
+        return with_short_rows([grid.prompt_tokens] * c, grid.short_rows)
+    return with_short_rows(drawn_lengths(*grid.prompt_range, c, gen), grid.short_rows)
 
 
 def measure_cell(target: LlamaModel, drafter, method: str, k: int, c: int, grid: ScaleGrid) -> dict:
@@ -372,6 +378,9 @@ def _parser() -> argparse.ArgumentParser:
     prompts.add_argument("--prompt-range", nargs=2, type=int, metavar=("LO", "HI"),
                          help="a ragged batch: each request's prompt drawn uniformly from LO to HI tokens (seeded), "
                               "as the requests of a continuous batch differ in context")
+    ap.add_argument("--short-rows", type=int, metavar="N",
+                    help="N of each cell's requests hold a one-token prompt: stand-ins for the idle rows of a "
+                         "continuous batch that drains (with --concurrency above N)")
     ap.add_argument("-c", "--concurrency", nargs="+", type=int, help="concurrencies for every shape (default per shape)")
     return ap
 
@@ -381,7 +390,8 @@ def main(argv: list[str] | None = None) -> int:
     grid = TINY_GRID if args.tiny else GPU_GRID
     changes = {"shapes": tuple(args.shapes or ()), "ks": tuple(args.k or ()), "depths": tuple(args.depths or ()),
                "compile": args.compile, "device": args.device, "time_budget_s": args.time_budget_s,
-               "prompt_tokens": args.prompt_tokens, "prompt_range": tuple(args.prompt_range or ())}
+               "prompt_tokens": args.prompt_tokens, "prompt_range": tuple(args.prompt_range or ()),
+               "short_rows": args.short_rows}
     if args.concurrency:
         changes["concurrency"] = {s: tuple(args.concurrency) for s in SHAPES}
     grid = replace(grid, **{f: v for f, v in changes.items() if v is not None and v != ()})

@@ -165,6 +165,20 @@ def prompt_range(doc: dict) -> tuple[int, int] | None:
     return (int(rng[0]), int(rng[1])) if rng else None
 
 
+def short_rows(doc: Mapping) -> int:
+    """How many of a run's c requests hold a one-token prompt (``peagle-lab scale --short-rows``), 0 for most."""
+    return int((doc.get("grid") or {}).get("short_rows") or 0)
+
+
+def with_short_rows(lengths: list[int], n: int) -> list[int]:
+    """``lengths`` with its last ``n`` prompts one token long: stand-ins for a continuous batch's idle rows.
+
+    >>> with_short_rows([300, 500, 700, 900], 2), with_short_rows([300], 0)
+    ([300, 500, 1, 1], [300])
+    """
+    return lengths[:len(lengths) - n] + [1] * n if n else lengths
+
+
 def step_context(doc: dict) -> float:
     """A scale-lab run's mean context a decode step attends to: its mean prompt (``prompt_tokens``, or the
     middle of a ragged run's ``prompt_range``) plus half the tokens it decodes.
@@ -281,7 +295,8 @@ def cell_contexts(doc: Mapping, row: Mapping) -> tuple[float, float]:
     if rng is None:
         return step_context(doc), step_context(doc)
     c = row["concurrency"]
-    lengths = drawn_lengths(*rng, c, torch.Generator().manual_seed(cell_seed(c, row["k"])))
+    lengths = with_short_rows(drawn_lengths(*rng, c, torch.Generator().manual_seed(cell_seed(c, row["k"]))),
+                              short_rows(doc))
     half = doc["grid"]["new_tokens"] / 2
     return statistics.mean(lengths) + half, max(lengths) + half
 

@@ -36,7 +36,7 @@ from collections.abc import Mapping, Sequence
 
 from ..bench import archive
 from ..bench.scale_costs import (carried_to, has_costs, step_costs, step_costs_at_context, step_costs_at_rows,
-                                 step_costs_fit, step_costs_ragged)
+                                 short_rows, step_costs_fit, step_costs_ragged)
 from ..provenance import REPO
 from .kmodel import METHODS, Acceptance, acceptance_length, measured_decode_tps
 from .paper import HUMANEVAL_AL, PAPER_AL, SPEED_BENCH_SPEEDUP
@@ -335,7 +335,8 @@ def _cell_step(scale: Mapping, shape: str, method: str, k: int, rows: float, con
             pass
     if context is None:
         return step_costs_at_rows(scale, shape, method, k, rows, depth)["step_ms"], "uniform"
-    ragged = [run for run in ragged_runs(scale) if has_costs(run, shape, method, depth)]
+    # runs with one-token stand-ins for idle rows (--short-rows) only join the fit, which knows each cell's contexts
+    ragged = [run for run in ragged_runs(scale) if has_costs(run, shape, method, depth) and not short_rows(run)]
     if rows > 1 and ragged:
         step = step_costs_ragged(context_runs(scale), ragged, shape, method, k, rows, context, depth)
         return step["step_ms"], "ragged"

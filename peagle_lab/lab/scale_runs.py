@@ -21,7 +21,7 @@ from pathlib import Path
 
 from ..bench import archive
 from ..bench.scale import PROMPT_TOKENS, SHAPES
-from ..bench.scale_costs import prompt_range
+from ..bench.scale_costs import prompt_range, short_rows
 from ..provenance import REPO
 
 __all__ = ["SCALE_TOPIC", "SCALE_FILE", "CPU_SCALE", "scale_files", "merge_scale", "context_runs", "ragged_runs",
@@ -80,7 +80,8 @@ def merge_scale(docs: Sequence[tuple[dict, str]]) -> tuple[dict, str]:
     A second GPU run that measures the shapes a first one did not reach adds them this way. A uniform run at
     another prompt length replaces nothing: the newest at each length goes to ``contexts``
     (``{"grid", "costs", "file"}``), where :func:`context_runs` finds it for the check; a ragged run
-    (``grid["prompt_range"]``) neither: the newest of each range goes to ``ragged`` (:func:`ragged_runs`).
+    (``grid["prompt_range"]``) neither: the newest of each range (and count of one-token stand-ins for idle rows,
+    ``grid["short_rows"]``) goes to ``ragged`` (:func:`ragged_runs`).
     """
     device = docs[0][0].get("device")
     docs = [(d, p) for d, p in docs if d.get("device") == device]
@@ -104,7 +105,8 @@ def merge_scale(docs: Sequence[tuple[dict, str]]) -> tuple[dict, str]:
         taken |= new
     out["contexts"] = _side_runs([dp for dp in uniform if prompt_range(dp[0]) is None], _prompt_tokens,
                                  {_prompt_tokens(base)})
-    out["ragged"] = _side_runs([dp for dp in docs if prompt_range(dp[0])], prompt_range, set())
+    out["ragged"] = _side_runs([dp for dp in docs if prompt_range(dp[0])], lambda d: (prompt_range(d), short_rows(d)),
+                               set())
     order = list(SHAPES)  # smallest target first, as the scale lab lists them
     out["costs"].sort(key=lambda r: (order.index(_base(r["shape"])), r["shape"]))
     grid_shapes = [s_ for doc, _ in default for s_ in doc["grid"]["shapes"]]

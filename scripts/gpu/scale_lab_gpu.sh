@@ -16,6 +16,9 @@
 #   OUT=/tmp/scale2 SCALE_FLAGS="--shapes gpt-oss-20b qwen3-coder-30b-a3b llama-3.1-8b llama-3.2-1b" bash scripts/gpu/scale_lab_gpu.sh
 # A ragged batch, each request's prompt drawn from 50-1450 tokens (headline_session.sh's scale_ragged stage):
 #   OUT=/tmp/ragged SCALE_FLAGS="--shapes smollm2-135m --prompt-range 50 1450 -c 64 -k 1 3 5 8 --depths 4" bash scripts/gpu/scale_lab_gpu.sh
+# The same with 32 of the 64 requests one token long, stand-ins for the idle rows of a continuous batch that drains
+# (the fit then has a run whose mean context lies far below its longest, as a continuous sweep's steps do):
+#   OUT=/tmp/short SCALE_FLAGS="--shapes smollm2-135m --prompt-range 50 1000 --short-rows 32 -c 64 -k 1 3 5 8 --depths 4" bash scripts/gpu/scale_lab_gpu.sh
 # The GPU JSON lands in docs/results/<device>/scale/ (a later run in a folder of its own there); peagle_lab.lab.predict
 # merges the runs of one device, each shape from the newest run that measured it, and notebook 08 reads them.
 set -uo pipefail
