@@ -57,6 +57,9 @@ def test_context_text_names_the_runs_and_each_cells_context():
     cells[0]["step_runs"] = "ragged"
     assert "ragged runs (prompts drawn from 50-550 tokens): 1 of 3 cells" in scale_report.context_text(scale, cells)
     assert "fit" not in scale_report.context_text(scale, cells)
+    scale["ragged"].append({"grid": {"prompt_tokens": 525, "prompt_range": [50, 1000], "short_rows": 32,
+                                     "new_tokens": 24}, "costs": []})
+    assert "(prompts drawn from 50-550, 50-1000 (32 of one token) tokens)" in scale_report.context_text(scale, cells)
     cells[1].update(step_runs="fit", longest_context=1000.0, busy_share=0.5)
     text = scale_report.context_text(scale, cells)
     assert "1 of 3 cells record the mean and longest context of every row" in text

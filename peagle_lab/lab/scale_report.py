@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from ..bench.archive import run_folders
-from ..bench.scale_costs import carried_to, expert_bound_moe, prompt_range, step_context
+from ..bench.scale_costs import carried_to, expert_bound_moe, prompt_range, short_rows, step_context
 from ..hardware import bandwidth_ratio, preset_of
 from ..provenance import REPO
 from . import predict
@@ -163,7 +163,8 @@ def context_text(scale: Mapping, cells: Sequence[Mapping]) -> str:
              f"own context, linear between the two runs around it (the nearest run past either end)"]
     ragged = predict.ragged_runs(scale)
     if ragged:
-        ranges = ", ".join("{}-{}".format(*prompt_range(r)) for r in ragged)
+        ranges = ", ".join("{}-{}".format(*prompt_range(r)) + (f" ({n} of one token)" if (n := short_rows(r)) else "")
+                           for r in ragged)
         used = sum(x.get("step_runs") == "ragged" for x in cells)
         lines.append(f"ragged runs (prompts drawn from {ranges} tokens): {used} of {len(cells)} cells, those with more "
                      f"than one busy row, read their step there")
