@@ -518,3 +518,25 @@ def test_a_row_that_records_its_contexts_reads_the_fit_and_one_that_does_not_rea
     # fewer busy rows than c: the ragged runs, at the recorded mean context
     assert fewer["step_runs"] == "ragged" and fewer["context"] == 400.0
     assert predict.fit_contexts(static) == (420.0, 1100.0) and predict.fit_contexts(old) is None
+
+
+def test_the_fit_reads_each_k_within_the_attention_tile_its_rows_fill():
+    """Steps of K ms up to K = 3 and K + 10 ms from K = 5 at c = 64 (the same at every context): on an H100 a
+    SmolLM2 K = 4 verify pass fills the 16-row tile of K = 1 and 3, so the check reads it from them, not
+    halfway to K = 5's step; a device the lab has no preset for reads K linearly."""
+    def run(grid, contexts):
+        costs = [{"shape": "smollm2-135m", "method": m, "depth": 1 if m == "eagle3" else 4, "k": k,
+                  "concurrency": 64, **{p: 0.0 for p in ("verify_ms", "prep_ms", "draft_ms", "host_ms")},
+                  "step_ms": k + (10.0 if k >= 5 else 0.0), **contexts}
+                 for m in ("eagle3", "peagle") for k in (1, 3, 5, 8)]
+        return {"grid": {"new_tokens": 24, **grid}, "costs": costs}
+    uniform = [run({"prompt_tokens": n}, {}) for n in (160, 640)]
+    ragged = run({"prompt_tokens": 300, "prompt_range": [40, 600]}, {"mean_context": 300.0, "longest_context": 590.0})
+    scale = {**uniform[0], "device": "NVIDIA H100 80GB HBM3", "contexts": uniform[1:], "ragged": [ragged]}
+    row = _row("peagle", 4, 64, num_steps=10, row_steps=640, continuous=True, mean_context=400.0,
+               longest_context=900.0, per_position_acceptance=[0.5, 0.25, 0.1, 0.05])
+    bench = {"rows": [row, {**row, "method": "eagle3"}]}
+    on_h100 = predict.check_against_bench(scale, bench)
+    assert [c["predicted_step_ms"] for c in on_h100] == pytest.approx([4.0, 4.0])
+    unknown = predict.check_against_bench({**scale, "device": "some GPU"}, bench)
+    assert [c["predicted_step_ms"] for c in unknown] == pytest.approx([9.0, 9.0])

@@ -13,7 +13,7 @@ The document is what ``peagle_lab.bench.scale.run_scale`` writes (``rows`` of me
 from __future__ import annotations
 
 import statistics
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import numpy as np
 import torch
@@ -102,11 +102,20 @@ def layer_check(doc: dict) -> list[dict]:
     return out
 
 
-def _interpolate(points: dict[int, dict], k: int) -> dict:
-    """Linear in K between the two nearest measured K (extrapolated past the ends)."""
+def _interpolate(points: dict[int, dict], k: int, group: Callable[[int], int] | None = None) -> dict:
+    """Linear in K between the two nearest measured K (extrapolated past the ends); where ``group`` names each
+    K's group (the decode-attention tile its query rows fill), between measured K of ``k``'s group where it
+    has two, so a step in cost between groups is not spread over the K around it.
+
+    >>> pts = {k: {p: float(k + (10 if k >= 5 else 0)) for p in PARTS} for k in (1, 3, 5, 8)}
+    >>> _interpolate(pts, 4)["step_ms"], _interpolate(pts, 4, lambda k: 16 if k <= 4 else 32)["step_ms"]
+    (9.0, 4.0)
+    """
     ks = sorted(points)
     if k in points or len(ks) == 1:
         return dict(points.get(k, points[ks[0]]))
+    if group is not None and len(same := [x for x in ks if group(x) == group(k)]) >= 2:
+        ks = same
     lo = max([x for x in ks if x < k], default=ks[0])
     hi = min([x for x in ks if x > k], default=ks[-1])
     if lo == hi:  # past an end: the last two
@@ -350,9 +359,10 @@ def context_fit(runs: list[dict], shape: str, method: str, k: int, concurrency: 
 
 
 def step_costs_fit(runs: list[dict], shape: str, method: str, k: int, concurrency: int, mean: float,
-                   longest: float, depth: int = 1) -> dict:
+                   longest: float, depth: int = 1, group: Callable[[int], int] | None = None) -> dict:
     """One step's parts (ms) at c = ``concurrency`` of a batch whose steps attend to ``mean`` and ``longest``
-    contexts: :func:`context_fit`'s a + b · mean + c · longest at each K the runs fit, linear in K between them.
+    contexts: :func:`context_fit`'s a + b · mean + c · longest at each K the runs fit, linear in K between them
+    (within ``group``'s groups where it is given, :func:`_interpolate`).
 
     >>> run = lambda mean, longest: {"grid": {}, "costs": [{"shape": "s", "method": "eagle3", "depth": 1, "k": k,
     ...     "concurrency": 64, "mean_context": mean, "longest_context": longest,
@@ -373,7 +383,7 @@ def step_costs_fit(runs: list[dict], shape: str, method: str, k: int, concurrenc
     if not fitted:
         raise ValueError(f"shape={shape!r} {method} c={concurrency}: no K whose runs fit a + b·mean + c·longest "
                          "(a ragged run and two uniform ones at that c)")
-    return _interpolate(fitted, k)
+    return _interpolate(fitted, k, group)
 
 
 def carried_to(scale: Mapping, device: str, drafter: bool = True) -> dict:

@@ -15,9 +15,9 @@ from ..bench.scale import SHAPES
 from ..bench.scale_costs import context_fit
 from . import predict
 from .kmodel import METHODS
-from .scale_runs import fit_runs
+from .scale_runs import fit_runs, tile_rows
 
-__all__ = ["fit_table_text", "longest_needed", "longest_needed_text", "tile_rows", "verify_by_k_text"]
+__all__ = ["fit_table_text", "longest_needed", "longest_needed_text", "verify_by_k_text"]
 
 NAMES = {"eagle3": "EAGLE-3", "peagle": "P-EAGLE"}
 
@@ -72,17 +72,6 @@ def longest_needed_text(scale: Mapping, bench: Mapping, ks: Sequence[int] = (1, 
         lines.append(f"{r['workload']:<9}{NAMES[r['method']]:<9}{r['k']:>2}{r['step_ms']:>9.2f}{mean:>6.0f}"
                      f"{longest_needed(scale, r, mean, shape):>16.0f}{recorded:>10}{possible:>10}")
     return "\n".join(lines)
-
-
-def tile_rows(query_rows: int) -> int:
-    """The rows of the tile a decode-attention program computes at c = 64, where each (request, K/V head) is
-    one program: its query rows (query heads a K/V head × tokens) padded to a power of two, at least 16
-    (``kernels.decode_attention``).
-
-    >>> [tile_rows(3 * (k + 1)) for k in (3, 4, 5, 8)]  # SmolLM2: 3 query heads a K/V head, T = K + 1
-    [16, 16, 32, 32]
-    """
-    return max(16, 1 << (query_rows - 1).bit_length())
 
 
 def verify_by_k_text(bench: Mapping, concurrency: int = 64, shape: str = "smollm2-135m") -> str:

@@ -41,8 +41,8 @@ from ..provenance import REPO
 from .kmodel import METHODS, Acceptance, acceptance_length, measured_decode_tps
 from .paper import HUMANEVAL_AL, PAPER_AL, SPEED_BENCH_SPEEDUP
 from .paper_data import measured_al
-from .scale_runs import (CPU_SCALE, SCALE_FILE, SCALE_TOPIC, context_runs, fit_runs, load_scale, merge_scale,
-                         ragged_runs, scale_files)
+from .scale_runs import (CPU_SCALE, SCALE_FILE, SCALE_TOPIC, attention_tile, context_runs, fit_runs, load_scale,
+                         merge_scale, ragged_runs, scale_files)
 
 __all__ = ["fit_geometric", "paper_acceptance", "measured_acceptance", "al_at", "predicted_tps", "best_k",
            "speedup_table", "check_against_bench", "check_summary", "baseline_strength", "load_scale",
@@ -330,7 +330,9 @@ def _cell_step(scale: Mapping, shape: str, method: str, k: int, rows: float, con
     """
     if contexts is not None:
         try:
-            return step_costs_fit(fit_runs(scale), shape, method, k, round(rows), *contexts, depth)["step_ms"], "fit"
+            group = attention_tile(scale, shape, round(rows))  # K read within the attention tile its rows fill
+            return step_costs_fit(fit_runs(scale), shape, method, k, round(rows), *contexts, depth,
+                                  group)["step_ms"], "fit"
         except ValueError:  # no ragged run at c: the paths below
             pass
     if context is None:
