@@ -362,7 +362,7 @@ def step_costs_fit(runs: list[dict], shape: str, method: str, k: int, concurrenc
                    longest: float, depth: int = 1, group: Callable[[int], int] | None = None) -> dict:
     """One step's parts (ms) at c = ``concurrency`` of a batch whose steps attend to ``mean`` and ``longest``
     contexts: :func:`context_fit`'s a + b · mean + c · longest at each K the runs fit, linear in K between them
-    (within ``group``'s groups where it is given, :func:`_interpolate`).
+    (between measured K of ``k``'s group where ``group``, K -> its decode-attention tile, is given).
 
     >>> run = lambda mean, longest: {"grid": {}, "costs": [{"shape": "s", "method": "eagle3", "depth": 1, "k": k,
     ...     "concurrency": 64, "mean_context": mean, "longest_context": longest,
