@@ -224,15 +224,19 @@ def test_bf16_token_match_rate_is_measured():
     """bf16 cannot promise bit-identical greedy output; measure how often it matches."""
     t = cuda_target(torch.bfloat16)
     base = decode(t, None, "baseline").tokens
-    rates = {}
-    for method in ("eagle3", "peagle"):
-        got = decode(t, tiny_drafter(t, method), method, 5).tokens
-        same = sum(a == b for x, y in zip(base, got) for a, b in zip(x, y))
-        rates[method] = same / sum(len(x) for x in base)
+    outputs = {m: decode(t, tiny_drafter(t, m), m, 5).tokens for m in ("eagle3", "peagle")}
+    rates = {m: sum(a == b for x, y in zip(base, got) for a, b in zip(x, y)) / sum(len(x) for x in base)
+             for m, got in outputs.items()}
     out = os.environ.get("PEAGLE_LAB_RESULTS_DIR")
     if out:
         with open(os.path.join(out, "bf16_match_rate.json"), "w") as f:
             json.dump({**run_info("pytest tests/test_engine_gpu.py::test_bf16_token_match_rate_is_measured"),
                        "token_match_rate": rates, "prompts": len(PROMPTS), "max_new_tokens": 32}, f, indent=2)
-    assert all(0.0 <= r <= 1.0 for r in rates.values())
     print("bf16 token match rate vs bf16 plain decoding:", rates)
+    # Every answer starts from the same prefill, so its first token matches; after that bf16 rounding may steer a
+    # verify pass of K + 1 rows to another argmax than a one-row decode step. Every H100 and H200 run so far matched
+    # all tokens (docs/results/*/gpu_suite/*/bf16_match_rate.json); a rate under 3/4 means a drafted token got through
+    # verification, not rounding.
+    for method, got in outputs.items():
+        assert [x[0] for x in got] == [x[0] for x in base], method
+    assert min(rates.values()) >= 0.75, rates

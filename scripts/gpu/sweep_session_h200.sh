@@ -26,7 +26,8 @@
 #
 # Knobs (environment): PYTHON, SNAPSHOT, CODE_BUDGET_S (330) and MT_BENCH_BUDGET_S (360): each answer stage's
 # --time-budget-s (cells still waiting then are skipped and listed in bench.json); SESSION_BUDGET_S (1000) and SUITE_S
-# (360): the suite runs only if SUITE_S remain, for at most what remains; SKIP (stage names to leave out, e.g. "suite");
+# (360): the suite runs only if SUITE_S remain, for at most what remains; SUITE_FILES (the suite's test files or
+# node ids, in order; default every file with GPU tests); SKIP (stage names to leave out, e.g. "suite");
 # BENCH_FLAGS (more bench flags for both answer stages, given last so they win); SCALE_FLAGS and SCALE_BUDGET_S
 # (scale_lab_gpu.sh's). A CPU rehearsal before spending device time (tiny cells on the real model and the shipped
 # heads, the scale lab's tiny shapes, no suite; a minute or two; docs/scripts.md "A benchmark session, rehearsed and
@@ -66,7 +67,8 @@ stage answer_mt_bench answer mt_bench "${MT_BENCH_BUDGET_S:-360}"
 stage scale_lab env OUT="$OUT/scale_lab" bash scripts/gpu/scale_lab_gpu.sh
 left=$((SESSION_BUDGET_S - SECONDS))
 if [ "$left" -ge "$SUITE_S" ]; then
-  stage suite timeout "$left" bash scripts/gpu/gpu_tests.sh "$OUT/gpu_suite"
+  suite_files=(${SUITE_FILES:-})  # split on purpose: "tests/test_engine_gpu.py tests/test_stream.py"
+  stage suite timeout "$left" bash scripts/gpu/gpu_tests.sh "$OUT/gpu_suite" "${suite_files[@]}"
 else
   echo "### stage suite skipped: ${left}s left of SESSION_BUDGET_S=${SESSION_BUDGET_S}, it needs SUITE_S=${SUITE_S}"
 fi
