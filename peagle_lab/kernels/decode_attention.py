@@ -55,7 +55,7 @@ if triton is not None:
     import triton.language as tl
 
 __all__ = ["MAX_ROWS", "decode_attention", "decode_attention_op", "decode_attention_ref", "multi_query_attention",
-           "programs_wanted"]
+           "programs_wanted", "row_tiles", "row_tiles_for", "tile_rows"]
 
 MAX_ROWS = 128  # REP·T query rows of one program (SmolLM2: 3 × 17 = 51 at most)
 BLOCK_N = 128  # keys per loop step
@@ -318,8 +318,18 @@ def _tunings(device: torch.device, itemsize: int, block_m: int, hd: int) -> tupl
 
 
 def _block_m(q: torch.Tensor, k: torch.Tensor) -> int:
-    """A program's tile rows: the query rows it holds, padded to a power of two (at least 16, for tl.dot)."""
-    return max(16, triton.next_power_of_2(_rows_per_program(q, k)))
+    """A program's tile rows when a (request, K/V head)'s query rows stay one tile (:func:`tile_rows`)."""
+    return tile_rows(_rows_per_program(q, k))
+
+
+def tile_rows(rows: int, tiles: int = 1) -> int:
+    """The rows of the tile a program computes: its share of a (request, K/V head)'s ``rows`` query rows cut into
+    ``tiles`` tiles, padded to a power of two, at least 16 (for ``tl.dot``).
+
+    >>> [tile_rows(3 * (k + 1)) for k in (3, 4, 5, 8)], tile_rows(18, 2)  # SmolLM2: 3 query heads a K/V head
+    ([16, 16, 32, 32], 16)
+    """
+    return max(16, triton.next_power_of_2(-(-rows // tiles)))
 
 
 def _runs_on_this_gpu(q: torch.Tensor, k: torch.Tensor) -> bool:
@@ -348,8 +358,18 @@ def row_tiles_for(c: int, nkv: int, rows: int, device: torch.device | str) -> in
     >>> row_tiles_for(1, 3, 18, "cpu"), row_tiles_for(1, 3, 15, "cpu"), row_tiles_for(64, 3, 24, "cpu")
     (2, 1, 1)
     """
+    return row_tiles(c, nkv, rows, _programs_wanted(torch.device(device)))
+
+
+def row_tiles(c: int, nkv: int, rows: int, programs: int) -> int:
+    """:func:`row_tiles_for`'s rule on a GPU that runs ``programs`` programs at once (one an SM): 16-row tiles
+    while c × ``nkv`` × tiles programs fit, else one tile.
+
+    >>> row_tiles(1, 3, 18, 132), row_tiles(64, 3, 18, 132)  # an H100 has 132 SMs
+    (2, 1)
+    """
     tiles = -(-rows // 16)
-    return tiles if tiles > 1 and c * nkv * tiles <= _programs_wanted(torch.device(device)) else 1
+    return tiles if tiles > 1 and c * nkv * tiles <= programs else 1
 
 
 def _launch(q, k, v, mask, kv_len, num_splits: int | None, *, block_n: int | None = None,
@@ -367,7 +387,7 @@ def _launch(q, k, v, mask, kv_len, num_splits: int | None, *, block_n: int | Non
     kv_len = kv_len.contiguous()  # the kernel reads kv_len[b] at offset b
     rows = _rows_per_program(q, k)
     tiles = row_tiles or row_tiles_for(c, nkv, rows, q.device)
-    block_m = max(16, triton.next_power_of_2(-(-rows // tiles)))
+    block_m = tile_rows(rows, tiles)
     fit_n, fit_stages, combine_stages = _tunings(q.device, q.element_size(), block_m, hd)
     block_n, num_stages = block_n or fit_n, num_stages or fit_stages
     groups = c * nkv * tiles  # row groups: (request, K/V head, row tile)

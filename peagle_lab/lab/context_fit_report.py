@@ -13,9 +13,10 @@ from collections.abc import Mapping, Sequence
 
 from ..bench.scale import SHAPES
 from ..bench.scale_costs import context_fit
+from ..kernels.decode_attention import tile_rows
 from . import predict
 from .kmodel import METHODS
-from .scale_runs import fit_runs, tile_rows
+from .scale_runs import fit_runs
 
 __all__ = ["fit_table_text", "longest_needed", "longest_needed_text", "verify_by_k_text"]
 

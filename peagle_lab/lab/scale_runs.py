@@ -23,10 +23,11 @@ from ..bench import archive
 from ..bench.scale import PROMPT_TOKENS, SHAPES
 from ..bench.scale_costs import prompt_range, short_rows
 from ..hardware import DEVICES, preset_of
+from ..kernels.decode_attention import row_tiles, tile_rows
 from ..provenance import REPO
 
 __all__ = ["SCALE_TOPIC", "SCALE_FILE", "CPU_SCALE", "scale_files", "merge_scale", "context_runs", "ragged_runs",
-           "fit_runs", "load_scale", "tile_rows", "attention_tile"]
+           "fit_runs", "load_scale", "attention_tile"]
 
 # the scale lab's JSON: a GPU run (a docs/results/<device>/scale/<date>-<commit>/ run folder, or a sub-folder of
 # one, as ctx320/ or ragged_50-550/) where one is committed, the newest by its date, else the CPU rehearsal (tiny
@@ -150,24 +151,14 @@ def load_scale(path: str | Path | None = None) -> tuple[dict, str]:
     return merge_scale([read(p) for p in found if p != REPO / CPU_SCALE])
 
 
-def tile_rows(query_rows: int) -> int:
-    """The rows of the tile a decode-attention program computes where each (request, K/V head) is one program:
-    its query rows (query heads a K/V head × tokens) padded to a power of two, at least 16
-    (``kernels.decode_attention``).
-
-    >>> [tile_rows(3 * (k + 1)) for k in (3, 4, 5, 8)]  # SmolLM2: 3 query heads a K/V head, T = K + 1
-    [16, 16, 32, 32]
-    """
-    return max(16, 1 << (query_rows - 1).bit_length())
-
-
 def attention_tile(scale: Mapping, shape: str, concurrency: int) -> Callable[[int], int] | None:
     """K -> the rows of the tile one decode-attention program computes in a verify pass of ``shape`` at c =
     ``concurrency`` on the scale lab's device, None where that device is not a preset (``hardware.DEVICES``).
 
-    While the GPU has a program to spare for each (``kernels.decode_attention.row_tiles_for``: c × K/V heads ×
-    tiles at most its SMs), a K/V head's query rows go out in 16-row tiles; else they stay one tile, padded
-    (:func:`tile_rows`), and the verify pass's cost steps up where the padded tile doubles.
+    While the GPU has a program to spare for each (:func:`~peagle_lab.kernels.decode_attention.row_tiles`: c ×
+    K/V heads × tiles at most its SMs), a K/V head's query rows go out in 16-row tiles; else they stay one tile,
+    padded (:func:`~peagle_lab.kernels.decode_attention.tile_rows`), and the verify pass's cost steps up where the
+    padded tile doubles.
 
     >>> tile = attention_tile({"device": "NVIDIA H100 80GB HBM3"}, "smollm2-135m", 64)
     >>> [tile(k) for k in (1, 4, 5, 8)], [attention_tile({"device": "NVIDIA H100"}, "smollm2-135m", 1)(k) for k in (4, 5)]
@@ -182,6 +173,5 @@ def attention_tile(scale: Mapping, shape: str, concurrency: int) -> Callable[[in
 
     def tile(k: int) -> int:
         rows = rep * (k + 1)
-        tiles = -(-rows // 16)
-        return 16 if tiles > 1 and concurrency * nkv * tiles <= sms else tile_rows(rows)
+        return tile_rows(rows, row_tiles(concurrency, nkv, rows, sms))
     return tile
