@@ -35,8 +35,10 @@ import json
 from collections.abc import Mapping, Sequence
 
 from ..bench import archive
+from ..bench.analysis import rows_busy
 from ..bench.scale_costs import (carried_to, has_costs, step_costs, step_costs_at_context, step_costs_at_rows,
                                  short_rows, step_costs_fit, step_costs_ragged)
+from ..bench.schema import BenchRow
 from ..provenance import REPO
 from .kmodel import METHODS, Acceptance, acceptance_length, measured_decode_tps
 from .paper import HUMANEVAL_AL, PAPER_AL, SPEED_BENCH_SPEEDUP
@@ -388,7 +390,7 @@ def check_against_bench(scale: Mapping, bench: Mapping, shape: str = "smollm2-13
         out.append({"workload": r["workload"], "method": r["method"], "k": r["k"], "concurrency": c,
                     "rows": busy, "context": context, "longest_context": contexts[1] if contexts else None,
                     "continuous": bool(r.get("continuous")), "step_runs": kind,
-                    "busy_share": r["num_drafts"] / r["row_steps"] if r.get("row_steps") else None,
+                    "busy_share": rows_busy(BenchRow.from_dict(r)) if r.get("row_steps") else None,
                     "predicted_tps": pred,
                     "measured_tps": meas, "error": pred / meas - 1.0,
                     "full_rows_error": 1000.0 * c * al / full / measured_decode_tps(r) - 1.0,
