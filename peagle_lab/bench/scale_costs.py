@@ -218,12 +218,15 @@ def step_costs_at_context(runs: list[dict], shape: str, method: str, k: int, row
     whose contexts (:func:`step_context`) lie around it; outside them the nearest run stands in.
 
     Attention reads every cached token once a step, so its cost grows about linearly with the context; the
-    rest of the step does not depend on it. Runs without costs for ``shape`` and ``method`` are passed over.
+    rest of the step does not depend on it. Runs without costs for ``shape`` and ``method`` are passed over, and
+    so are runs whose concurrencies do not reach ``rows`` where others do: a run measured at c = 64 alone says
+    nothing of a step of one row (its c = 64 step would stand in for it).
 
-    >>> run = lambda p, ms: {"grid": {"prompt_tokens": p, "new_tokens": 0}, "costs": [{"shape": "s",
-    ...     "method": "eagle3", "depth": 1, "k": 1, "concurrency": 1, **{q: ms for q in PARTS}}]}
-    >>> step_costs_at_context([run(100, 1.0), run(300, 2.0)], "s", "eagle3", 1, 1, 250)["step_ms"]
-    1.75
+    >>> run = lambda p, ms, cs=(1,): {"grid": {"prompt_tokens": p, "new_tokens": 0}, "costs": [{"shape": "s",
+    ...     "method": "eagle3", "depth": 1, "k": 1, "concurrency": c, **{q: ms * c for q in PARTS}} for c in cs]}
+    >>> runs = [run(100, 1.0), run(300, 2.0), run(900, 3.0, (64,))]
+    >>> [step_costs_at_context(runs, "s", "eagle3", 1, 1, ctx)["step_ms"] for ctx in (250, 600)]
+    [1.75, 2.0]
 
     Raises:
         ValueError: no run has costs for ``shape`` and ``method`` at ``depth``.
@@ -232,11 +235,18 @@ def step_costs_at_context(runs: list[dict], shape: str, method: str, k: int, row
     have = sorted(((step_context(d), d) for d in runs if has_costs(d, shape, method, depth)), key=lambda cd: cd[0])
     if not have:
         raise ValueError(f"no run has {method} costs at depth {depth} for shape={shape!r}")
+    have = [cd for cd in have if _reaches(cd[1], shape, method, depth, rows)] or have
     lo = max([cd for cd in have if cd[0] <= context], default=have[0], key=lambda cd: cd[0])
     hi = min([cd for cd in have if cd[0] >= context], default=have[-1], key=lambda cd: cd[0])
     a, b = (step_costs_at_rows(d, shape, method, k, rows, depth) for _, d in (lo, hi))
     t = 0.0 if hi[0] == lo[0] else (context - lo[0]) / (hi[0] - lo[0])
     return {p: a[p] + t * (b[p] - a[p]) for p in PARTS}
+
+
+def _reaches(doc: dict, shape: str, method: str, depth: int, rows: float) -> bool:
+    """Whether a run's concurrencies for ``shape``, ``method`` and ``depth`` reach from below ``rows`` to above it."""
+    cs = [r["concurrency"] for r in doc["costs"] if (r["shape"], r["method"], r["depth"]) == (shape, method, depth)]
+    return bool(cs) and min(cs) <= rows <= max(cs)
 
 
 def step_costs_ragged(uniform: list[dict], ragged: list[dict], shape: str, method: str, k: int, rows: float,
