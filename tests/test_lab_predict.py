@@ -324,9 +324,10 @@ def test_continuous_rows_are_marked_and_kept_full():
                for c in cells)
 
 
-def _sweep(date, continuous):
-    return {"run_info": {"date": date}, "config": {"continuous": continuous},
-            "rows": [_row(m, 2, 64) for m in ("eagle3", "peagle")]}
+def _sweep(date, continuous, concurrencies=None):
+    cs = concurrencies or ([64] if continuous else [64, 1])
+    return {"run_info": {"date": date}, "config": {"continuous": continuous, "concurrencies": cs},
+            "rows": [_row(m, 2, c) for m in ("eagle3", "peagle") for c in cs]}
 
 
 def test_answer_sweep_tells_static_from_continuous_batching(tmp_path, monkeypatch):
@@ -337,13 +338,21 @@ def test_answer_sweep_tells_static_from_continuous_batching(tmp_path, monkeypatc
         (tmp_path / "docs/results" / folder).mkdir(parents=True)
         (tmp_path / "docs/results" / folder / "bench.json").write_text(json.dumps(doc))
     assert predict.answer_sweep()[1] == static
-    with pytest.raises(ValueError, match="no continuous-batching answer-length sweep among the 2"):
+    with pytest.raises(ValueError, match="no continuous-batching answer-length sweep at c = 64 among the 2"):
         predict.answer_sweep(continuous=True)
     served = tmp_path / "docs/results/h100/answer_length/2026-12-06-ccccccc"
     served.mkdir(parents=True)
     (served / "bench.json").write_text(json.dumps(_sweep("2026-12-06T07:30", 4)))
     assert predict.answer_sweep(continuous=True)[1] == "docs/results/h100/answer_length/2026-12-06-ccccccc/bench.json"
     assert predict.answer_sweep()[1] == static  # the newer one batches differently
+    single = tmp_path / "docs/results/h100/answer_length/2026-12-06-ddddddd"  # the newest: its c = 1 column alone
+    single.mkdir(parents=True)
+    (single / "bench.json").write_text(json.dumps(_sweep("2026-12-06T21:58", 0, [1])))
+    assert predict.answer_sweep()[1] == static  # the whole grid is c = 1 and 64
+    assert predict.answer_sweep(concurrencies=(1,))[1] == "docs/results/h100/answer_length/2026-12-06-ddddddd/bench.json"
+    assert predict.answer_sweep(concurrencies=(64,))[1] == static
+    with pytest.raises(ValueError, match="no static-batch answer-length sweep at c = 8 among the 4"):
+        predict.answer_sweep(concurrencies=(8,))
 
 
 def test_occupancy_text_reads_the_sweeps_batches():

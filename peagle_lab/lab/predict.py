@@ -35,10 +35,8 @@ import json
 from collections.abc import Mapping, Sequence
 
 from ..bench import archive
-from ..bench.analysis import rows_busy
 from ..bench.scale_costs import (carried_to, has_costs, step_costs, step_costs_at_context, step_costs_at_rows,
                                  short_rows, step_costs_fit, step_costs_ragged)
-from ..bench.schema import BenchRow
 from ..provenance import REPO
 from .kmodel import METHODS, Acceptance, acceptance_length, measured_decode_tps
 from .paper import HUMANEVAL_AL, PAPER_AL, SPEED_BENCH_SPEEDUP
@@ -59,23 +57,29 @@ ANSWER_TOPIC = "answer_length"
 ANSWER_FILE = "bench.json"
 
 
-def answer_sweep(continuous: bool = False) -> tuple[dict, str]:
+def answer_sweep(continuous: bool = False, concurrencies: Sequence[int] | None = None) -> tuple[dict, str]:
     """(the newest answer-length sweep by its run_info date, its path relative to the repository): real answers to
     EOS, the paper's protocol; the ``ANSWER_FILE`` of a run folder of ``ANSWER_TOPIC`` on any device.
 
     Args:
-        continuous: False, the newest whose cells at c > 1 ran as static batches (``config.continuous`` 0, the
-            whole grid); True, the newest that batched them continuously (rows refilled as requests finish).
+        continuous: False, the newest whose cells at c > 1 ran as static batches (``config.continuous`` 0);
+            True, the newest that batched them continuously (rows refilled as requests finish).
+        concurrencies: the concurrencies the sweep must have measured (``config.concurrencies``); None, the
+            whole grid of its kind: c = 1 and 64 for static batches, c = 64 for continuous batching. ``(1,)``
+            takes the newest c = 1 answers, a sweep of that column alone included.
 
     Raises:
         ValueError: none of that kind is committed.
     """
+    want = set(concurrencies or ((64,) if continuous else (1, 64)))
     runs = archive.run_folders(topic=ANSWER_TOPIC, root=REPO / archive.RESULTS_DIR)
     sweeps = [(json.loads(p.read_text()), p) for run in runs if (p := run.path / ANSWER_FILE).is_file()]
-    found = [(d, p) for d, p in sweeps if bool((d.get("config") or {}).get("continuous")) == continuous]
+    found = [(d, p) for d, p in sweeps if bool((d.get("config") or {}).get("continuous")) == continuous
+             and want <= set((d.get("config") or {}).get("concurrencies") or ())]
     if not found:
         kind = "continuous-batching" if continuous else "static-batch"
-        raise ValueError(f"no {kind} answer-length sweep among the {len(sweeps)} committed under {REPO} "
+        raise ValueError(f"no {kind} answer-length sweep at c = {', '.join(map(str, sorted(want)))} among the "
+                         f"{len(sweeps)} committed under {REPO} "
                          f"({archive.RESULTS_DIR}/<device>/{ANSWER_TOPIC}/<date>-<commit>/{ANSWER_FILE})")
     doc, path = max(found, key=lambda dp: (dp[0].get("run_info") or {}).get("date", ""))
     return doc, str(path.relative_to(REPO))
@@ -390,7 +394,8 @@ def check_against_bench(scale: Mapping, bench: Mapping, shape: str = "smollm2-13
         out.append({"workload": r["workload"], "method": r["method"], "k": r["k"], "concurrency": c,
                     "rows": busy, "context": context, "longest_context": contexts[1] if contexts else None,
                     "continuous": bool(r.get("continuous")), "step_runs": kind,
-                    "busy_share": rows_busy(BenchRow.from_dict(r)) if r.get("row_steps") else None,
+                    # bench.analysis.rows_busy's share, from the row's dict (a check's rows may carry fewer fields)
+                    "busy_share": r["num_drafts"] / r["row_steps"] if r.get("row_steps") else None,
                     "predicted_tps": pred,
                     "measured_tps": meas, "error": pred / meas - 1.0,
                     "full_rows_error": 1000.0 * c * al / full / measured_decode_tps(r) - 1.0,
