@@ -508,6 +508,8 @@ def _fit_scale():
 
 
 def test_a_row_that_records_its_contexts_reads_the_fit_and_one_that_does_not_reads_the_ragged_runs():
+    """The fit at c for a batch that kept its c rows, the fit toward fewer rows for a static batch that dropped
+    finished ones, the ragged runs for a row that records no contexts."""
     scale = _fit_scale()
     answers = {"output_tokens": 2240, "num_prompts": 10, "num_steps": 10}
     contexts = {"mean_context": 400.0, "longest_context": 1000.0, "mean_row_context": 420.0,
@@ -524,8 +526,10 @@ def test_a_row_that_records_its_contexts_reads_the_fit_and_one_that_does_not_rea
     alone = predict.check_against_bench(scale, {**bench, "rows": [old, {**old, "method": "eagle3"}]})
     assert was == alone[1] and was["step_runs"] == "ragged" and was["longest_context"] is None
     assert was["predicted_step_ms"] == pytest.approx(1.0 + 0.01 * 412 + 0.02 * (592 + 660 * 80 / 320))
-    # fewer busy rows than c: the ragged runs, at the recorded mean context
-    assert fewer["step_runs"] == "ragged" and fewer["context"] == 400.0
+    # a static batch that ran 36 rows a step on average: linear in rows from the uniform runs' one-row step at its
+    # mean context (1 + 0.03 · 420, between the runs at 172 and 652 tokens) to the fit's 64-row step
+    assert fewer["step_runs"] == "fit" and fewer["rows"] == 36.0 and fewer["context"] == 400.0
+    assert fewer["predicted_step_ms"] == pytest.approx(13.6 + (36 - 1) / (64 - 1) * (27.2 - 13.6))
     assert predict.fit_contexts(static) == (420.0, 1100.0) and predict.fit_contexts(old) is None
 
 

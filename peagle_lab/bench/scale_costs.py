@@ -21,7 +21,8 @@ import torch
 from ..hardware import DEVICES, bandwidth_ratio, preset_of
 
 __all__ = ["PARTS", "CONTEXTS", "full_depth_costs", "layer_check", "step_costs", "step_costs_at_rows",
-           "step_costs_at_context", "step_context", "prompt_range", "has_costs", "step_costs_ragged", "cell_seed",
+           "step_costs_at_context", "step_context", "prompt_range", "has_costs", "step_costs_ragged",
+           "step_costs_toward", "cell_seed",
            "drawn_lengths", "cell_contexts", "context_fit", "step_costs_fit", "carried_to", "experts_read",
            "expert_bound_moe"]
 
@@ -277,12 +278,31 @@ def step_costs_ragged(uniform: list[dict], ragged: list[dict], shape: str, metho
     low = ragged_cs[0]
     if rows >= low:
         return step_costs_at_context(ragged, shape, method, k, rows, context, depth)
-    below = [c for c in measured(uniform) if c <= rows] or [rows]
-    base = max(below)
+    top = step_costs_at_context(ragged, shape, method, k, low, context, depth)
+    return step_costs_toward(uniform, shape, method, k, rows, context, low, top, depth)
+
+
+def step_costs_toward(uniform: list[dict], shape: str, method: str, k: int, rows: float, context: float,
+                      top_rows: int, top: Mapping[str, float], depth: int = 1) -> dict:
+    """A step of ``rows`` busy rows at mean ``context``, linear in rows from the ``uniform`` runs' step at the
+    largest concurrency they measured at or below ``rows`` (:func:`step_costs_at_context`) to ``top``, the parts
+    of a step of ``top_rows`` rows (a ragged run's, or the context fit's at c). ``rows`` at or above ``top_rows``
+    gives ``top``.
+
+    >>> run = {"grid": {"prompt_tokens": 100, "new_tokens": 0}, "costs": [{"shape": "s", "method": "eagle3",
+    ...     "depth": 1, "k": 1, "concurrency": c, **{q: float(c) for q in PARTS}} for c in (1, 8)]}
+    >>> [step_costs_toward([run], "s", "eagle3", 1, r, 100, 64, {q: 120.0 for q in PARTS})["step_ms"] for r in (36, 64)]
+    [64.0, 120.0]
+    """
+    if rows >= top_rows:
+        return dict(top)
+    depth = 1 if method == "eagle3" else depth
+    cs = sorted({r["concurrency"] for d in uniform for r in d["costs"]
+                 if (r["shape"], r["method"], r["depth"]) == (shape, method, depth)})
+    base = max([c for c in cs if c <= rows] or [rows])
     a = step_costs_at_context(uniform, shape, method, k, base, context, depth)
-    b = step_costs_at_context(ragged, shape, method, k, low, context, depth)
-    t = (rows - base) / (low - base)
-    return {p: a[p] + t * (b[p] - a[p]) for p in PARTS}
+    t = (rows - base) / (top_rows - base)
+    return {p: a[p] + t * (top[p] - a[p]) for p in PARTS}
 
 
 def cell_seed(concurrency: int, k: int) -> int:

@@ -36,7 +36,7 @@ from collections.abc import Mapping, Sequence
 
 from ..bench import archive
 from ..bench.scale_costs import (carried_to, has_costs, step_costs, step_costs_at_context, step_costs_at_rows,
-                                 short_rows, step_costs_fit, step_costs_ragged)
+                                 short_rows, step_costs_fit, step_costs_ragged, step_costs_toward)
 from ..provenance import REPO
 from .kmodel import METHODS, Acceptance, acceptance_length, measured_decode_tps
 from .paper import HUMANEVAL_AL, PAPER_AL, SPEED_BENCH_SPEEDUP
@@ -323,22 +323,28 @@ def busy_rows(row: Mapping) -> float:
 
 
 def _cell_step(scale: Mapping, shape: str, method: str, k: int, rows: float, context: float | None,
-               depth: int, contexts: tuple[float, float] | None = None) -> tuple[float, str]:
+               depth: int, contexts: tuple[float, float] | None = None, concurrency: int | None = None
+               ) -> tuple[float, str]:
     """(a cell's predicted step ms, the kind of scale-lab runs it came from: "fit", "ragged" or "uniform").
 
-    A cell whose steps kept its c rows and that records the contexts they attended to (``contexts``: mean
-    and longest, :func:`fit_contexts`) reads the fit of every run at c (``scale_costs.step_costs_fit``, uniform
-    and ragged runs together: "fit"), where the runs at c include a ragged one.
+    A cell at c = ``concurrency`` that records the contexts its steps attended to (``contexts``: mean and
+    longest, :func:`fit_contexts`) reads the fit of every run at c (``scale_costs.step_costs_fit``, uniform and
+    ragged runs together: "fit"), where the runs at c include a ragged one. A static batch whose steps ran
+    fewer ``rows`` than c on average (it drops each finished row) reads its step linear in rows from the
+    uniform runs' step at the largest concurrency at or below its rows to that fit's (``step_costs_toward``).
 
-    Ragged runs (:func:`~peagle_lab.lab.scale_runs.ragged_runs`) predict a step of more than one busy row at a known context where one
-    has costs for the shape, method and depth (``scale_costs.step_costs_ragged``); one row is one request's
-    context, never ragged, so c = 1 cells, and cells of unknown context, read the uniform runs.
+    Ragged runs (:func:`~peagle_lab.lab.scale_runs.ragged_runs`) predict a step of more than one busy row at a
+    known context where one has costs for the shape, method and depth (``scale_costs.step_costs_ragged``); one
+    row is one request's context, never ragged, so c = 1 cells, and cells of unknown context, read the uniform
+    runs.
     """
-    if contexts is not None:
+    c = round(rows) if concurrency is None else concurrency
+    if contexts is not None and c > 1:
         try:
-            group = attention_tile(scale, shape, round(rows))  # K read within the attention tile its rows fill
-            return step_costs_fit(fit_runs(scale), shape, method, k, round(rows), *contexts, depth,
-                                  group)["step_ms"], "fit"
+            group = attention_tile(scale, shape, c)  # K read within the attention tile its rows fill
+            fit = step_costs_fit(fit_runs(scale), shape, method, k, c, *contexts, depth, group)
+            return step_costs_toward(context_runs(scale), shape, method, k, rows, contexts[0], c, fit,
+                                     depth)["step_ms"], "fit"
         except ValueError:  # no ragged run at c: the paths below
             pass
     if context is None:
@@ -387,8 +393,8 @@ def check_against_bench(scale: Mapping, bench: Mapping, shape: str = "smollm2-13
     out = []
     for r in sorted(rows, key=lambda r: (r["workload"], r["method"], r["concurrency"], r["k"])):
         al, c, busy = al_at(acc[r["workload"]][r["method"]], r["k"]), r["concurrency"], busy_rows(r)
-        context, contexts = row_context(bench, r), fit_contexts(r) if busy == c else None
-        step, kind = _cell_step(scale, shape, r["method"], r["k"], busy, context, depth, contexts)
+        context, contexts = row_context(bench, r), fit_contexts(r)
+        step, kind = _cell_step(scale, shape, r["method"], r["k"], busy, context, depth, contexts, c)
         full = step_costs(scale, shape, r["method"], r["k"], c, depth)["step_ms"]
         pred, meas = 1000.0 * busy * al / step, 1000.0 * busy * r["acceptance_length"] / r["step_ms"]
         out.append({"workload": r["workload"], "method": r["method"], "k": r["k"], "concurrency": c,
