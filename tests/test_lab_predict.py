@@ -530,6 +530,11 @@ def test_a_row_that_records_its_contexts_reads_the_fit_and_one_that_does_not_rea
     # mean context (1 + 0.03 · 420, between the runs at 172 and 652 tokens) to the fit's 64-row step
     assert fewer["step_runs"] == "fit" and fewer["rows"] == 36.0 and fewer["context"] == 400.0
     assert fewer["predicted_step_ms"] == pytest.approx(13.6 + (36 - 1) / (64 - 1) * (27.2 - 13.6))
+    from peagle_lab.lab import scale_report
+
+    text = scale_report.context_text(scale, [fit, fewer])
+    assert "2 of 2 cells record the mean and longest context" in text
+    assert "; 1 of them, static batches of fewer rows a step, linear in rows" in text
     assert predict.fit_contexts(static) == (420.0, 1100.0) and predict.fit_contexts(old) is None
 
 

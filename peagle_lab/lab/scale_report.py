@@ -169,7 +169,8 @@ def context_text(scale: Mapping, cells: Sequence[Mapping]) -> str:
         lines.append(f"ragged runs (prompts drawn from {ranges} tokens): {used} of {len(cells)} cells, those with more "
                      f"than one busy row, read their step there")
     if fit := sum(x.get("step_runs") == "fit" for x in cells):
-        fewer = sum(x.get("step_runs") == "fit" and x["rows"] < x["concurrency"] for x in cells)
+        fewer = sum(x.get("step_runs") == "fit" and x.get("rows", x["concurrency"]) < x["concurrency"]
+                    for x in cells)
         lines.append(f"{fit} of {len(cells)} cells record the mean and longest context of every row their steps ran "
                      "(an idle row at 1) and read their step from the fit of every run at their c"
                      + (f"; {fewer} of them, static batches of fewer rows a step, linear in rows from the uniform "
