@@ -144,6 +144,13 @@ def step_costs(doc: dict, shape: str, method: str, k: int, concurrency: int, dep
     return _interpolate(pts, k)
 
 
+def _concurrencies(runs: list[dict], shape: str, method: str, depth: int) -> list[int]:
+    """The concurrencies ``runs`` measured for ``shape``, ``method`` and ``depth`` (EAGLE-3 at depth 1), sorted."""
+    depth = 1 if method == "eagle3" else depth
+    return sorted({r["concurrency"] for d in runs for r in d["costs"]
+                   if (r["shape"], r["method"], r["depth"]) == (shape, method, depth)})
+
+
 def step_costs_at_rows(doc: dict, shape: str, method: str, k: int, rows: float, depth: int = 1) -> dict:
     """:func:`step_costs` at ``rows`` busy rows, linear between the two measured concurrencies around it.
 
@@ -157,8 +164,7 @@ def step_costs_at_rows(doc: dict, shape: str, method: str, k: int, rows: float, 
     (12.0, 8.0)
     """
     depth = 1 if method == "eagle3" else depth
-    cs = sorted({r["concurrency"] for r in doc["costs"] if r["shape"] == shape and r["method"] == method
-                 and r["depth"] == depth})
+    cs = _concurrencies([doc], shape, method, depth)
     if not cs:
         raise ValueError(f"no {method} costs at depth {depth} for shape={shape!r}")
     lo = max([c for c in cs if c <= rows], default=cs[0])
@@ -246,8 +252,8 @@ def step_costs_at_context(runs: list[dict], shape: str, method: str, k: int, row
 
 def _reaches(doc: dict, shape: str, method: str, depth: int, rows: float) -> bool:
     """Whether a run's concurrencies for ``shape``, ``method`` and ``depth`` reach from below ``rows`` to above it."""
-    cs = [r["concurrency"] for r in doc["costs"] if (r["shape"], r["method"], r["depth"]) == (shape, method, depth)]
-    return bool(cs) and min(cs) <= rows <= max(cs)
+    cs = _concurrencies([doc], shape, method, depth)
+    return bool(cs) and cs[0] <= rows <= cs[-1]
 
 
 def step_costs_ragged(uniform: list[dict], ragged: list[dict], shape: str, method: str, k: int, rows: float,
@@ -267,12 +273,7 @@ def step_costs_ragged(uniform: list[dict], ragged: list[dict], shape: str, metho
     [96.0, 52.0, 8.0]
     """
     depth = 1 if method == "eagle3" else depth
-
-    def measured(runs: list[dict]) -> list[int]:
-        return sorted({r["concurrency"] for d in runs for r in d["costs"]
-                       if r["shape"] == shape and r["method"] == method and r["depth"] == depth})
-
-    ragged_cs = measured(ragged)
+    ragged_cs = _concurrencies(ragged, shape, method, depth)
     if not ragged_cs:
         raise ValueError(f"no ragged run has {method} costs at depth {depth} for shape={shape!r}")
     low = ragged_cs[0]
@@ -296,9 +297,7 @@ def step_costs_toward(uniform: list[dict], shape: str, method: str, k: int, rows
     """
     if rows >= top_rows:
         return dict(top)
-    depth = 1 if method == "eagle3" else depth
-    cs = sorted({r["concurrency"] for d in uniform for r in d["costs"]
-                 if (r["shape"], r["method"], r["depth"]) == (shape, method, depth)})
+    cs = _concurrencies(uniform, shape, method, depth)
     base = max([c for c in cs if c <= rows] or [rows])
     a = step_costs_at_context(uniform, shape, method, k, base, context, depth)
     t = (rows - base) / (top_rows - base)

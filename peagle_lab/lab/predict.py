@@ -323,8 +323,7 @@ def busy_rows(row: Mapping) -> float:
 
 
 def _cell_step(scale: Mapping, shape: str, method: str, k: int, rows: float, context: float | None,
-               depth: int, contexts: tuple[float, float] | None = None, concurrency: int | None = None
-               ) -> tuple[float, str]:
+               depth: int, contexts: tuple[float, float] | None, concurrency: int) -> tuple[float, str]:
     """(a cell's predicted step ms, the kind of scale-lab runs it came from: "fit", "ragged" or "uniform").
 
     A cell at c = ``concurrency`` that records the contexts its steps attended to (``contexts``: mean and
@@ -338,12 +337,11 @@ def _cell_step(scale: Mapping, shape: str, method: str, k: int, rows: float, con
     row is one request's context, never ragged, so c = 1 cells, and cells of unknown context, read the uniform
     runs.
     """
-    c = round(rows) if concurrency is None else concurrency
-    if contexts is not None and c > 1:
+    if contexts is not None and concurrency > 1:
         try:
-            group = attention_tile(scale, shape, c)  # K read within the attention tile its rows fill
-            fit = step_costs_fit(fit_runs(scale), shape, method, k, c, *contexts, depth, group)
-            return step_costs_toward(context_runs(scale), shape, method, k, rows, contexts[0], c, fit,
+            group = attention_tile(scale, shape, concurrency)  # K read within the attention tile its rows fill
+            fit = step_costs_fit(fit_runs(scale), shape, method, k, concurrency, *contexts, depth, group)
+            return step_costs_toward(context_runs(scale), shape, method, k, rows, contexts[0], concurrency, fit,
                                      depth)["step_ms"], "fit"
         except ValueError:  # no ragged run at c: the paths below
             pass
