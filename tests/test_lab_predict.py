@@ -533,7 +533,7 @@ def test_a_row_that_records_its_contexts_reads_the_fit_and_one_that_does_not_rea
     from peagle_lab.lab import scale_report
 
     text = scale_report.context_text(scale, [fit, fewer])
-    assert "2 of 2 cells record the mean and longest context" in text
+    assert "2 of 2 cells, at c > 1 with the mean and longest context" in text
     assert "; 1 of them, static batches of fewer rows a step, linear in rows" in text
     assert predict.fit_contexts(static) == (420.0, 1100.0) and predict.fit_contexts(old) is None
 

@@ -62,7 +62,7 @@ def test_context_text_names_the_runs_and_each_cells_context():
     assert "(prompts drawn from 50-550, 50-1000 (32 of one token) tokens)" in scale_report.context_text(scale, cells)
     cells[1].update(step_runs="fit", longest_context=1000.0, busy_share=0.5)
     text = scale_report.context_text(scale, cells)
-    assert "1 of 3 cells record the mean and longest context of every row" in text
+    assert "1 of 3 cells, at c > 1 with the mean and longest context of every row" in text
     assert ("code, c = 64: steps attend to 290-310 tokens on average over busy rows; the longest row 1000-1000; "
             "busy rows 50-50 % of the rows a step runs") in text
 

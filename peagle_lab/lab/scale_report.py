@@ -171,8 +171,8 @@ def context_text(scale: Mapping, cells: Sequence[Mapping]) -> str:
     if fit := sum(x.get("step_runs") == "fit" for x in cells):
         fewer = sum(x.get("step_runs") == "fit" and x.get("rows", x["concurrency"]) < x["concurrency"]
                     for x in cells)
-        lines.append(f"{fit} of {len(cells)} cells record the mean and longest context of every row their steps ran "
-                     "(an idle row at 1) and read their step from the fit of every run at their c"
+        lines.append(f"{fit} of {len(cells)} cells, at c > 1 with the mean and longest context of every row their steps "
+                     "ran recorded (an idle row at 1), read their step from the fit of every run at their c"
                      + (f"; {fewer} of them, static batches of fewer rows a step, linear in rows from the uniform "
                         "runs' step toward it" if fewer else ""))
     for wl, c in sorted({(x["workload"], x["concurrency"]) for x in cells if x.get("context") is not None}):
