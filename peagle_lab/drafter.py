@@ -21,8 +21,9 @@ import torch
 from torch import nn
 
 from .config import DrafterConfig
-from .models.llama import (MLP, Attention, Block, KVCache, LlamaModel, RMSNorm, call_layer, embed_ids,
-                           forward_epilogue, frequencies_on, rope_inv_freq, start_forward)
+from .models.kv_cache import KVCache
+from .models.llama import (MLP, Attention, Block, LlamaModel, RMSNorm, call_layer, embed_ids, forward_epilogue,
+                           frequencies_on, rope_inv_freq, start_forward)
 
 
 class FirstLayer(nn.Module):

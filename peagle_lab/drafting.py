@@ -16,7 +16,7 @@ import torch
 from .drafter import Drafter
 from .kernels.fill_draft_hidden import fill_draft_hidden
 from .kernels.prepare_draft_inputs import DraftInputs, prepare_draft_inputs, prepare_draft_inputs_ref
-from .models.llama import KVCache
+from .models.kv_cache import KVCache
 
 __all__ = ["DraftResult", "draft_parallel", "draft_autoregressive", "prepare_draft_inputs_ref",
            "sample_from_logits", "build_draft_batch"]

@@ -26,7 +26,8 @@ from .drafter import Drafter
 from .drafting import DraftResult, build_draft_batch, draft_autoregressive, draft_parallel
 from .kernels.prepare_draft_inputs import DraftInputs
 from .kernels.verify import verify_greedy, verify_rejection
-from .models.llama import KVCache, LlamaModel, TargetOutput
+from .models.kv_cache import KVCache
+from .models.llama import LlamaModel, TargetOutput
 from .verify import VerifyResult, sample_verify_noise, target_probs_from_logits
 
 __all__ = ["pad_prompts", "kv_slots", "prefill", "sample", "prepare_draft", "draft", "verify_inputs",

@@ -270,7 +270,7 @@ def test_a_fresh_first_draft_pass_matches_the_masked_one_over_stale_cache_rows(t
 
     from peagle_lab import step
     from peagle_lab.models import llama
-    from peagle_lab.models.llama import attend
+    from peagle_lab.models.kv_cache import attend
 
     prompts, K, max_len = [[5, 6, 7, 8, 9], [10, 11, 12], [3, 1, 4, 1, 5, 9, 2, 6, 5]], 4, 32
     ids, pos, lens = step.pad_prompts(prompts, target.device)

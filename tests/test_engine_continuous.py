@@ -179,7 +179,7 @@ def test_copy_kv_blocks_copies_a_prefix_of_each_block_when_asked():
     import torch
 
     from peagle_lab.engine import copy_kv_blocks
-    from peagle_lab.models.llama import KVCache
+    from peagle_lab.models.kv_cache import KVCache
 
     src = KVCache.allocate(2, 2, 8, 1, 4, torch.float32, "cpu")
     dst = KVCache.allocate(2, 3, 8, 1, 4, torch.float32, "cpu")
@@ -202,7 +202,7 @@ def test_copy_kv_blocks_is_one_copy_of_the_stacked_tensor_and_matches_the_per_la
     import torch
 
     from peagle_lab.engine import copy_kv_blocks
-    from peagle_lab.models.llama import KVCache
+    from peagle_lab.models.kv_cache import KVCache
 
     src = KVCache.allocate(3, 2, 8, 2, 4, torch.float32, "cpu")
     assert src.kv is not None and all(t.data_ptr() == src.kv[i].data_ptr() for i, t in enumerate((*src.k, *src.v)))

@@ -17,7 +17,7 @@ import torch.nn.functional as F  # noqa: E402
 from peagle_lab.config import SpecConfig  # noqa: E402
 from peagle_lab.engine import SpecDecoder, decode_attention_fn  # noqa: E402
 from peagle_lab.kernels import decode_attention as da  # noqa: E402
-from peagle_lab.models.llama import attention_mask, read_kv  # noqa: E402
+from peagle_lab.models.kv_cache import attention_mask, read_kv  # noqa: E402
 from peagle_lab.testing import tiny_drafter, tiny_target  # noqa: E402
 
 INTERPRETING = os.environ.get("TRITON_INTERPRET") == "1"
@@ -198,7 +198,8 @@ def test_tiles_shrink_to_fit_the_gpus_shared_memory_and_sdpa_takes_what_never_fi
 def test_the_engine_context_bounds_the_keys_by_the_positions():
     """make_context hands the decode attention kv_len = the largest position + 1 of each request
     (padding rows at position 0 do not lower it), and only when a decode attention is set."""
-    from peagle_lab.models.llama import KVCache, make_context
+    from peagle_lab.models.kv_cache import KVCache
+    from peagle_lab.models.llama import make_context
 
     cache = KVCache.allocate(1, 2, 64, 1, 16, torch.float32, "cpu")
     positions = torch.tensor([[5, 6, 7, 0], [60, 61, 62, 63]])
@@ -269,11 +270,11 @@ def test_spec_config_and_the_engine_choose_the_attention():
 def test_auto_takes_the_kernel_for_several_queries_and_sdpa_for_one_at_large_c(compiled):
     """SpecConfig.decode_attention="auto" on CUDA: T > 1 through the kernel at any c; T = 1 through the
     kernel while c·nkv programs leave SMs spare (here 8, the engine binds the GPU's count) on cache
-    blocks up to T1_KERNEL_MAX_KEYS, through SDPA otherwise, also when traced by torch.compile inside llama.attend (as the engine's compiled layers
+    blocks up to T1_KERNEL_MAX_KEYS, through SDPA otherwise, also when traced by torch.compile inside kv_cache.attend (as the engine's compiled layers
     call it)."""
     import functools
 
-    from peagle_lab.models.llama import attend
+    from peagle_lab.models.kv_cache import attend
 
     fn = torch.compile(attend, fullgraph=True, dynamic=True) if compiled else attend
     auto = functools.partial(da.multi_query_attention, programs=8)

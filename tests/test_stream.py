@@ -6,7 +6,7 @@ import torch
 
 from peagle_lab.config import SpecConfig
 from peagle_lab.engine import SpecDecoder
-from peagle_lab.models.llama import KVCache
+from peagle_lab.models.kv_cache import KVCache
 from peagle_lab.stream import StreamDecoder
 from peagle_lab.testing import tiny_target
 

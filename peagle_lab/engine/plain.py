@@ -48,7 +48,8 @@ import torch
 
 from .. import step
 from ..config import check_int
-from ..models.llama import KVCache, LlamaModel, call_layer, fuse_projections
+from ..models.kv_cache import KVCache
+from ..models.llama import LlamaModel, call_layer, fuse_projections
 from .batching import KV_BLOCK_ALIGN, Scheduler, copy_kv_blocks
 from .checks import check_eos, check_prompts
 from .forwards import padded_prefill_width

@@ -48,7 +48,7 @@ import math
 
 import torch
 
-from ..models.llama import attend
+from ..models.kv_cache import attend
 from .backend import interpreted, resolve, triton
 
 if triton is not None:

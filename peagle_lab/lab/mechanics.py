@@ -12,9 +12,9 @@ Training (notebook 3):
 Inference (notebook 2):
 
 - ``kv_write``: a drafter KV cache before and after one draft pass's writes, through
-  ``models.llama.KVCache.write`` (slot −1 lands in the trash row, outside every request).
+  ``models.kv_cache.KVCache.write`` (slot −1 lands in the trash row, outside every request).
 - ``slot_inputs``: what each slot of one request feeds the drafter, ``embed(token) ⊕ h``.
-- ``inference_mask``: what each slot's query sees in the cache, by ``models.llama.attention_mask``.
+- ``inference_mask``: what each slot's query sees in the cache, by ``models.kv_cache.attention_mask``.
 """
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import torch
 
 from ..kernels.prepare_draft_inputs import DraftInputs
-from ..models.llama import KVCache, attention_mask
+from ..models.kv_cache import KVCache, attention_mask
 from ..train.cod import CODConfig, Elements, sample_elements
 from ..train.mask import chain_mask, chain_visible
 from ..train.partition import Segment, partition
@@ -226,7 +226,7 @@ class InferenceMask:
 
 
 def inference_mask(inputs: DraftInputs, max_len: int, request: int = 0) -> InferenceMask:
-    """One request's drafter attention over its cache block, by ``models.llama.attention_mask``.
+    """One request's drafter attention over its cache block, by ``models.kv_cache.attention_mask``.
 
     The engine's drafter pass masks by position: a query at position p sees every cache row
     of its request at a position ≤ p. Rows this pass writes (slot mapping ≥ 0) hold the new

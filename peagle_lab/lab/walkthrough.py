@@ -28,7 +28,8 @@ from ..drafter import Drafter
 from ..drafting import DraftResult
 from ..engine import SpecDecoder, StepTrace
 from ..heads import bundled_head_dir
-from ..models.llama import KVCache, LlamaModel
+from ..models.kv_cache import KVCache
+from ..models.llama import LlamaModel
 from ..verify import VerifyResult, verify_greedy
 
 __all__ = ["Prefill", "OneStep", "prefill", "one_step", "oracle_drafts", "median_step", "shipped_head_facts",

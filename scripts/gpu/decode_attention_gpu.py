@@ -42,7 +42,7 @@ from peagle_lab.config import SpecConfig
 from peagle_lab.engine import SpecDecoder
 from peagle_lab.kernels import decode_attention as da
 from peagle_lab.kernels.decode_attention import decode_attention_ref
-from peagle_lab.models import llama
+from peagle_lab.models import kv_cache, llama
 from peagle_lab.models.llama import LlamaConfig, LlamaModel
 from peagle_lab.provenance import run_info
 from peagle_lab.testing import random_smollm2, tiny_drafter
@@ -149,7 +149,7 @@ def attention_rows(cfg: LlamaConfig, paths: tuple[str, ...], variants: list[str]
         hq, hk, hd = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
         lens = torch.randint(shortest, longest + 1, (c,), device="cuda")
         pos = lens[:, None] - T + torch.arange(T, device="cuda")  # the last T positions of each request
-        mask = llama.attention_mask(pos, torch.arange(S, device="cuda").expand(c, -1))
+        mask = kv_cache.attention_mask(pos, torch.arange(S, device="cuda").expand(c, -1))
         kv_len = lens.to(torch.int32)
         inputs = [(torch.randn(c, hq, T, hd, device="cuda", dtype=torch.bfloat16),
                    torch.randn(c, hk, S, hd, device="cuda", dtype=torch.bfloat16),
@@ -177,7 +177,7 @@ def engine_rows(target: LlamaModel, concurrencies: list[int], prompt_len: int, n
         if method != "baseline" else None
 
     def with_grouped(q, k, v, mask, decode=None, kv_len=None):  # decode steps through the candidate
-        if isinstance(mask, torch.Tensor) and q.shape[2] <= llama.PREFILL_QUERIES and k.shape[1] != q.shape[1]:
+        if isinstance(mask, torch.Tensor) and q.shape[2] <= kv_cache.PREFILL_QUERIES and k.shape[1] != q.shape[1]:
             return grouped_attend(q, k, v, mask)
         return original(q, k, v, mask, decode, kv_len)
 
