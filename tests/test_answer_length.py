@@ -58,3 +58,17 @@ def test_the_printed_summary_names_each_method_and_gives_plain_decoding_no_k():
         assert f"P-EAGLE {b['peagle']['tps']:.0f} tok/s (K={b['peagle']['k']}, AL {b['peagle']['al']:.2f})" in line
         assert line.endswith(f"P-EAGLE/EAGLE-3 {col['p_over_e3']:.2f}x")
     assert lines[len(summary["columns"])].startswith(f"[{summary['goals'][0]['status']:4s}] ")
+
+
+def test_a_c64_goal_names_how_its_run_batched_and_a_run_without_c64_names_nothing(tmp_path):
+    """The c = 64 goal reads one static batch or continuous batching; its line says which, so a static run's MISS
+    is not read as the paper's mode (its vLLM runs batch continuously)."""
+    whole = json.loads((_continuous_folder() / "bench.json").read_text())
+    for continuous, c, mode in ((4, 64, " (batched continuously)"), (0, 64, " (static batches)"), (0, 1, "")):
+        doc = {**whole, "config": {**whole["config"], "continuous": continuous},
+               "rows": [{**r, "concurrency": c} for r in whole["rows"] if r["workload"] == "code"]}
+        (tmp_path / "bench.json").write_text(json.dumps(doc))
+        goals = answer_length.summarize(answer_length.load_folder(tmp_path))["goals"]
+        c64 = next(g for g in goals if ", c = 64" in g["goal"])
+        assert c64["goal"] == f"P-EAGLE/EAGLE-3 >= 1.15x, code, c = 64{mode}"
+        assert (c64["status"] == "n/a") == (c == 1)
